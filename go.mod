@@ -1,0 +1,13 @@
+module github.com/spoolmq/spool
+
+go 1.26.8
+
+require (
+	github.com/klauspost/compress v1.20.4
+	github.com/pierrec/lz4/v4 v4.1.33
+	github.com/stretchr/testify v1.12.1
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
+)
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

@@ -1,0 +1,45 @@
+package record
+
+import "errors"
+
+// Zig-zag varints, as Kafka's ByteUtils.writeVarint/writeVarlong.
+
+var errVarint = errors.New("malformed varint")
+
+func varintSize(v int64) int {
+	u := uint64(v<<1) ^ uint64(v>>63)
+	n := 1
+	for u >= 0x80 {
+		u >>= 7
+		n++
+	}
+	return n
+}
+
+func appendVarint(b []byte, v int64) []byte {
+	u := uint64(v<<1) ^ uint64(v>>63)
+	for u >= 0x80 {
+		b = append(b, byte(u)|0x80)
+		u >>= 7
+	}
+	return append(b, byte(u))
+}
+
+// readVarint decodes a zig-zag varint of at most maxBytes bytes (5 for an
+// int32, 10 for an int64) from b, returning the value and its size.
+func readVarint(b []byte, maxBytes int) (int64, int, error) {
+	var u uint64
+	var shift uint
+	for i := 0; i < len(b); i++ {
+		if i >= maxBytes {
+			return 0, 0, errVarint
+		}
+		c := b[i]
+		u |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return int64(u>>1) ^ -int64(u&1), i + 1, nil
+		}
+		shift += 7
+	}
+	return 0, 0, errVarint
+}
