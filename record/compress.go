@@ -130,7 +130,7 @@ type zstdReader struct {
 type byteReader struct{ r bytes.Reader }
 
 func (b *byteReader) Read(p []byte) (int, error) { return b.r.Read(p) }
-func (b *byteReader) ReadByte() (byte, error)   { return b.r.ReadByte() }
+func (b *byteReader) ReadByte() (byte, error)    { return b.r.ReadByte() }
 
 // appendWriter is an io.Writer that appends to a slice.
 type appendWriter struct{ b []byte }
