@@ -65,6 +65,9 @@ func (x *Offset) Len() int { return x.entries() }
 // Full reports whether another entry would not fit.
 func (x *Offset) Full() bool { return x.entries() >= x.max }
 
+// Cap is the number of entries the index can hold.
+func (x *Offset) Cap() int { return x.max }
+
 // Append adds an entry. The offset and position must both be greater than
 // the last entry's, and the offset must be within 2^32-1 of the base.
 func (x *Offset) Append(offset, position int64) error {

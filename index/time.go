@@ -60,6 +60,9 @@ func (x *Time) Len() int { return x.entries() }
 // Full reports whether another entry would not fit.
 func (x *Time) Full() bool { return x.entries() >= x.max }
 
+// Cap is the number of entries the index can hold.
+func (x *Time) Cap() int { return x.max }
+
 // MaybeAppend adds an entry if timestamp is greater than the last entry's;
 // it reports whether it did. Timestamps <= 0 are not indexed.
 func (x *Time) MaybeAppend(timestamp, offset int64) (bool, error) {

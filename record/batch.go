@@ -219,11 +219,24 @@ func (b Batch) Verify() error {
 	if got, want := b.ComputeCRC(), b.CRC(); got != want {
 		return fmt.Errorf("%w: crc32c is %08x, header says %08x", ErrCorrupt, got, want)
 	}
-	return b.checkHeader()
+	return VerifyHeader(b.b[:HeaderSize], len(b.b))
 }
 
-// checkHeader checks the header fields the CRC covers for consistency.
-func (b Batch) checkHeader() error {
+// VerifyHeader checks the fields of a batch header (its first HeaderSize
+// bytes) for consistency with each other and with the batch's size: what
+// Verify checks besides the framing and the CRC. It lets a caller that
+// checks the CRC of a large batch piece by piece check the rest without
+// holding the whole batch.
+func VerifyHeader(hdr []byte, size int) error {
+	if len(hdr) < HeaderSize {
+		return fmt.Errorf("%w: %d bytes is less than a header", ErrCorrupt, len(hdr))
+	}
+	return Batch{b: hdr}.checkHeader(size)
+}
+
+// checkHeader checks the header fields for consistency; size is the whole
+// batch's size.
+func (b Batch) checkHeader(size int) error {
 	delta, count := b.LastOffsetDelta(), b.NumRecords()
 	if delta < 0 {
 		return fmt.Errorf("%w: negative last offset delta %d", ErrCorrupt, delta)
@@ -237,8 +250,8 @@ func (b Batch) checkHeader() error {
 	if c := b.Compression(); c > ZSTD {
 		return fmt.Errorf("%w: %w %d", ErrCorrupt, ErrUnsupportedCodec, c)
 	}
-	if b.Compression() == None && count > 0 && int64(len(b.b)-HeaderSize) < int64(count)*minRecordSize {
-		return fmt.Errorf("%w: %d records cannot fit in %d bytes", ErrCorrupt, count, len(b.b)-HeaderSize)
+	if b.Compression() == None && count > 0 && int64(size-HeaderSize) < int64(count)*minRecordSize {
+		return fmt.Errorf("%w: %d records cannot fit in %d bytes", ErrCorrupt, count, size-HeaderSize)
 	}
 	return nil
 }

@@ -1,0 +1,155 @@
+package segment
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spoolmq/spool/record"
+)
+
+// corrupt wraps an error found reading the .log file at pos.
+func (s *Segment) corrupt(pos int64, err error) error {
+	return &CorruptError{Path: s.logPath, Position: pos, Err: err}
+}
+
+// Find returns the header of the first batch, among those that end by limit
+// bytes, whose last offset is >= target. It returns io.EOF when there is
+// none. It starts from the offset index's entry for target and walks batch
+// headers forward; an entry that disagrees with the header it points at is
+// ignored (the walk restarts from the beginning) and the index rebuilt.
+func (s *Segment) Find(target, limit int64) (Header, error) {
+	ix, err := s.indexes()
+	if err != nil {
+		return Header{}, err
+	}
+	start, entry := int64(0), int64(-1)
+	if e, ok, err := ix.off.Lookup(target); err == nil && ok && e.Position < limit {
+		start, entry = e.Position, e.Offset
+	}
+	for {
+		h, err := s.walk(start, limit, entry, func(h Header) bool { return h.LastOffset >= target })
+		if err == errMismatch {
+			s.rebuildAfterMismatch(ix)
+			start, entry = 0, -1
+			continue
+		}
+		return h, err
+	}
+}
+
+// walk walks headers from start to limit and returns the first for which
+// stop is true. If entry >= 0, the first header must have that last offset,
+// or walk returns errMismatch.
+func (s *Segment) walk(start, limit, entry int64, stop func(Header) bool) (Header, error) {
+	sc := newScanner(s.f, start, limit)
+	defer sc.close()
+	for {
+		pos := sc.pos
+		h, err := sc.next()
+		if err == io.EOF {
+			return Header{}, io.EOF
+		}
+		if entry >= 0 {
+			if err != nil || h.LastOffset != entry {
+				return Header{}, errMismatch
+			}
+			entry = -1
+		}
+		if err != nil {
+			return Header{}, s.corrupt(pos, err)
+		}
+		if stop(h) {
+			return h, nil
+		}
+	}
+}
+
+// FindTime returns the header of the first batch, among those that end by
+// limit, whose greatest timestamp is >= ts; io.EOF if there is none.
+func (s *Segment) FindTime(ts, limit int64) (Header, error) {
+	ix, err := s.indexes()
+	if err != nil {
+		return Header{}, err
+	}
+	start, entry := int64(0), int64(-1)
+	if te, ok, err := ix.tim.Lookup(ts); err == nil && ok {
+		// Every record up to te.Offset is older than ts.
+		if e, ok, err := ix.off.Lookup(te.Offset); err == nil && ok && e.Position < limit {
+			start, entry = e.Position, e.Offset
+		}
+	}
+	for {
+		h, err := s.walk(start, limit, entry, func(h Header) bool { return h.MaxTimestamp >= ts })
+		if err == errMismatch {
+			s.rebuildAfterMismatch(ix)
+			start, entry = 0, -1
+			continue
+		}
+		return h, err
+	}
+}
+
+// Read appends to dst whole batches, starting with the first whose last
+// offset is >= target, up to maxBytes in all - but always the first batch
+// whole, however large, so a reader can make progress - and not past limit.
+// It returns the extended dst and the header of the first batch, or io.EOF
+// when no batch qualifies. Batches are not CRC-checked here; see
+// record.Batch.Verify.
+func (s *Segment) Read(dst []byte, target int64, maxBytes int, limit int64) ([]byte, Header, error) {
+	h, err := s.Find(target, limit)
+	if err != nil {
+		return dst, Header{}, err
+	}
+	out, err := s.ReadFrom(dst, h, maxBytes, limit)
+	return out, h, err
+}
+
+// ReadFrom is Read from the batch whose header is first.
+func (s *Segment) ReadFrom(dst []byte, first Header, maxBytes int, limit int64) ([]byte, error) {
+	n := int(min(int64(maxBytes), limit-first.Position))
+	n = max(n, first.Size)
+	start := len(dst)
+	if cap(dst)-start < n {
+		nd := make([]byte, start, start+n)
+		copy(nd, dst)
+		dst = nd
+	}
+	buf := dst[start : start+n]
+	m, err := s.f.ReadAt(buf, first.Position)
+	if m < first.Size {
+		if err == nil || err == io.EOF {
+			err = fmt.Errorf("%w: file ends at %d", record.ErrTruncated, first.Position+int64(m))
+		}
+		return dst, s.corrupt(first.Position, err)
+	}
+	// Keep whole batches only.
+	p := 0
+	for p < m {
+		_, size, err := record.PeekHeader(buf[p:m])
+		if err != nil || p+size > m {
+			break
+		}
+		p += size
+	}
+	return dst[:start+p], nil
+}
+
+// Span is like Read without the copy: it returns the position and length of
+// the whole batches Read would return, for a zero-copy send from File.
+func (s *Segment) Span(target int64, maxBytes int, limit int64) (pos int64, n int64, first Header, err error) {
+	first, err = s.Find(target, limit)
+	if err != nil {
+		return 0, 0, Header{}, err
+	}
+	sc := newScanner(s.f, first.Position, limit)
+	defer sc.close()
+	end := first.End()
+	for {
+		h, err := sc.next()
+		if err != nil || h.End()-first.Position > int64(maxBytes) && h.Position != first.Position {
+			break
+		}
+		end = h.End()
+	}
+	return first.Position, end - first.Position, first, nil
+}

@@ -1,0 +1,385 @@
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/index"
+	"github.com/spoolmq/spool/internal/vfs"
+	"github.com/spoolmq/spool/record"
+)
+
+// Defaults for Options.
+const (
+	DefaultIndexIntervalBytes = 4096
+	DefaultIndexMaxBytes      = 10 << 20
+)
+
+// File name suffixes.
+const (
+	LogSuffix       = ".log"
+	IndexSuffix     = ".index"
+	TimeIndexSuffix = ".timeindex"
+)
+
+// MaxSize is the largest a segment's .log may grow: index positions are
+// 32-bit, and a batch must start below 2 GiB, as in Kafka.
+const MaxSize = math.MaxInt32
+
+var (
+	// ErrCorrupt is record.ErrCorrupt: errors.Is(err, segment.ErrCorrupt)
+	// holds for every CorruptError and for corrupt batches.
+	ErrCorrupt = record.ErrCorrupt
+	// ErrClosed means the segment was closed or deleted.
+	ErrClosed = errors.New("segment: closed")
+	// ErrFull means the segment cannot take the batch: its size or offset
+	// range or an index is exhausted. The log rolls to a new segment.
+	ErrFull = errors.New("segment: full")
+)
+
+// CorruptError is damage found in a segment file: it names the file and the
+// byte position. It matches ErrCorrupt with errors.Is.
+type CorruptError struct {
+	Path     string
+	Position int64
+	Err      error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("corrupt segment %s at position %d: %v", e.Path, e.Position, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// Is makes every CorruptError match ErrCorrupt.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// Options configure a segment.
+type Options struct {
+	// FS is the file system; nil means the operating system's. Tests
+	// inject faults through it.
+	FS vfs.FS
+	// IndexIntervalBytes is how many bytes of log pass between index
+	// entries (index.interval.bytes). Default 4096.
+	IndexIntervalBytes int
+	// IndexMaxBytes is the size each index file is preallocated to
+	// (segment.index.bytes). Default 10 MiB.
+	IndexMaxBytes int
+}
+
+func (o Options) withDefaults() Options {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.IndexIntervalBytes <= 0 {
+		o.IndexIntervalBytes = DefaultIndexIntervalBytes
+	}
+	if o.IndexMaxBytes <= 0 {
+		o.IndexMaxBytes = DefaultIndexMaxBytes
+	}
+	return o
+}
+
+// FileName returns the name of a segment file: base zero-padded to 20
+// digits, then suffix.
+func FileName(base int64, suffix string) string {
+	return fmt.Sprintf("%020d%s", base, suffix)
+}
+
+// ParseFileName returns the base offset of a segment file name such as
+// "00000000000000000042.log" and its suffix.
+func ParseFileName(name string) (base int64, suffix string, ok bool) {
+	i := strings.IndexByte(name, '.')
+	if i != 20 {
+		return 0, "", false
+	}
+	base, err := strconv.ParseInt(name[:20], 10, 64)
+	if err != nil || base < 0 {
+		return 0, "", false
+	}
+	return base, name[20:], true
+}
+
+type indexes struct {
+	off *index.Offset
+	tim *index.Time
+}
+
+func (ix *indexes) close(trim bool) error {
+	var err error
+	if trim {
+		err = errors.Join(ix.off.Close(), ix.tim.Close())
+	} else {
+		err = errors.Join(ix.off.CloseNoTrim(), ix.tim.CloseNoTrim())
+	}
+	return err
+}
+
+// Segment is one .log file and its indexes. See the package comment for who
+// may call what concurrently.
+type Segment struct {
+	base    int64
+	dir     string
+	opts    Options
+	logPath string
+	f       vfs.File
+
+	size      atomic.Int64 // bytes of whole batches written
+	committed atomic.Int64 // bytes readers may see, <= size
+	next      atomic.Int64 // offset after the last batch, or base when empty
+	maxTS     atomic.Int64 // greatest batch MaxTimestamp, or NoTimestamp
+	sealed    atomic.Bool
+
+	// Writer state, guarded by the log's lock.
+	maxTSOffset int64 // offset of the batch that set maxTS
+	lastPos     int64 // position of the last batch, -1 when empty
+	sinceIndex  int   // bytes appended since the last index entry
+	rollTime    time.Time
+
+	idxMu   sync.Mutex // serialises loading and rebuilding indexes
+	idx     atomic.Pointer[indexes]
+	retired []*indexes // replaced by a rebuild; unmapped when the segment closes
+	rebuild atomic.Bool
+
+	refs      atomic.Int64 // the log's reference plus one per reader
+	closeOnce sync.Once
+	closeErr    error
+	trimOnClose atomic.Bool
+}
+
+// Create makes a new, empty segment with writable indexes. The caller
+// fsyncs the directory before relying on the new files.
+func Create(dir string, base int64, opts Options) (*Segment, error) {
+	opts = opts.withDefaults()
+	s := newSegment(dir, base, opts)
+	f, err := opts.FS.OpenFile(s.logPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("segment: create %s: %w", s.logPath, err)
+	}
+	s.f = f
+	// Index files left by an earlier segment of the same base (one removed
+	// by truncation) would hold stale entries: start from empty files.
+	ix, err := s.recreateIndexes()
+	if err != nil {
+		f.Close()
+		_ = opts.FS.Remove(s.logPath)
+		return nil, err
+	}
+	s.idx.Store(ix)
+	s.rollTime = time.Now()
+	return s, nil
+}
+
+// Open opens an existing segment. Its size is the file's size until Recover
+// or Resume says otherwise. A writable segment (the one the log appends to,
+// or one being recovered) maps its indexes for writing now; a read-only one
+// loads them on first use, checking them against the log and rebuilding them
+// if they are missing or wrong.
+func Open(dir string, base int64, opts Options, writable bool) (*Segment, error) {
+	opts = opts.withDefaults()
+	s := newSegment(dir, base, opts)
+	f, err := opts.FS.OpenFile(s.logPath, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("segment: open %s: %w", s.logPath, err)
+	}
+	s.f = f
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Size() > MaxSize {
+		f.Close()
+		return nil, &CorruptError{Path: s.logPath, Position: MaxSize, Err: fmt.Errorf("%w: file of %d bytes is over the 2 GiB limit", record.ErrCorrupt, st.Size())}
+	}
+	s.size.Store(st.Size())
+	s.committed.Store(st.Size())
+	s.rollTime = st.ModTime()
+	if writable {
+		ix, err := s.openIndexes(true)
+		if err != nil {
+			if !errors.Is(err, index.ErrCorrupt) {
+				f.Close()
+				return nil, err
+			}
+			// Unusable index files: start them afresh; Recover or
+			// Resume refills them from the log.
+			if ix, err = s.recreateIndexes(); err != nil {
+				f.Close()
+				return nil, err
+			}
+			s.rebuild.Store(true)
+		}
+		s.idx.Store(ix)
+	} else {
+		s.sealed.Store(true)
+	}
+	return s, nil
+}
+
+func newSegment(dir string, base int64, opts Options) *Segment {
+	s := &Segment{base: base, dir: dir, opts: opts, logPath: filepath.Join(dir, FileName(base, LogSuffix))}
+	s.next.Store(base)
+	s.maxTS.Store(record.NoTimestamp)
+	s.maxTSOffset = base
+	s.lastPos = -1
+	s.refs.Store(1)
+	return s
+}
+
+func (s *Segment) indexPath() string     { return filepath.Join(s.dir, FileName(s.base, IndexSuffix)) }
+func (s *Segment) timeIndexPath() string { return filepath.Join(s.dir, FileName(s.base, TimeIndexSuffix)) }
+
+func (s *Segment) openIndexes(writable bool) (*indexes, error) {
+	off, err := index.OpenOffset(s.opts.FS, s.indexPath(), s.base, s.opts.IndexMaxBytes, writable)
+	if err != nil {
+		return nil, err
+	}
+	tim, err := index.OpenTime(s.opts.FS, s.timeIndexPath(), s.base, s.opts.IndexMaxBytes, writable)
+	if err != nil {
+		off.CloseNoTrim()
+		return nil, err
+	}
+	return &indexes{off: off, tim: tim}, nil
+}
+
+// recreateIndexes replaces both index files with empty writable ones.
+func (s *Segment) recreateIndexes() (*indexes, error) {
+	for _, p := range []string{s.indexPath(), s.timeIndexPath()} {
+		if err := s.opts.FS.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	return s.openIndexes(true)
+}
+
+// Base is the segment's base offset.
+func (s *Segment) Base() int64 { return s.base }
+
+// Path is the .log file's path.
+func (s *Segment) Path() string { return s.logPath }
+
+// File is the .log file, for zero-copy reads of committed bytes.
+func (s *Segment) File() vfs.File { return s.f }
+
+// Size is the number of bytes written.
+func (s *Segment) Size() int64 { return s.size.Load() }
+
+// Committed is the number of bytes readers may see.
+func (s *Segment) Committed() int64 { return s.committed.Load() }
+
+// Commit lets readers see the first size bytes. It never moves backwards
+// except through Truncate.
+func (s *Segment) Commit(size int64) {
+	for {
+		c := s.committed.Load()
+		if size <= c || s.committed.CompareAndSwap(c, size) {
+			return
+		}
+	}
+}
+
+// NextOffset is the offset after the last batch written (the base when the
+// segment is empty). For a read-only segment it loads the indexes.
+func (s *Segment) NextOffset() (int64, error) {
+	if _, err := s.indexes(); err != nil {
+		return 0, err
+	}
+	return s.next.Load(), nil
+}
+
+// MaxTimestamp is the greatest batch timestamp in the segment, or
+// record.NoTimestamp. For a read-only segment it loads the indexes.
+func (s *Segment) MaxTimestamp() (int64, error) {
+	if _, err := s.indexes(); err != nil {
+		return 0, err
+	}
+	return s.maxTS.Load(), nil
+}
+
+// RollTime is the time the segment's age counts from (segment.ms): the
+// timestamp of its first batch, or when it was created.
+func (s *Segment) RollTime() time.Time { return s.rollTime }
+
+// Sealed reports whether the segment takes no more appends.
+func (s *Segment) Sealed() bool { return s.sealed.Load() }
+
+// Acquire takes a reader's reference; it fails once the segment is closed.
+func (s *Segment) Acquire() bool {
+	for {
+		r := s.refs.Load()
+		if r <= 0 {
+			return false
+		}
+		if s.refs.CompareAndSwap(r, r+1) {
+			return true
+		}
+	}
+}
+
+// Release drops a reference; the last one closes the files.
+func (s *Segment) Release() { _ = s.release() }
+
+// release drops a reference and, if it was the last, closes the files and
+// returns the error from closing them.
+func (s *Segment) release() error {
+	if s.refs.Add(-1) != 0 {
+		return nil
+	}
+	s.closeFiles()
+	return s.closeErr
+}
+
+func (s *Segment) closeFiles() {
+	s.closeOnce.Do(func() {
+		trim := s.trimOnClose.Load()
+		var errs []error
+		if ix := s.idx.Load(); ix != nil {
+			errs = append(errs, ix.close(trim))
+		}
+		s.idxMu.Lock()
+		for _, ix := range s.retired {
+			errs = append(errs, ix.close(false))
+		}
+		s.idxMu.Unlock()
+		errs = append(errs, s.f.Close())
+		s.closeErr = errors.Join(errs...)
+	})
+}
+
+// Close drops the owner's reference. With clean set, the indexes are
+// trimmed to their entries first (a clean shutdown); the files close when the
+// last reader releases the segment.
+func (s *Segment) Close(clean bool) error {
+	s.trimOnClose.Store(clean)
+	return s.release()
+}
+
+// Delete removes the segment's files and drops the owner's reference.
+// Readers that hold the segment go on reading the unlinked files until they
+// release it. The caller fsyncs the directory.
+func (s *Segment) Delete() error {
+	var errs []error
+	for _, p := range []string{s.logPath, s.indexPath(), s.timeIndexPath()} {
+		if err := s.opts.FS.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	s.trimOnClose.Store(false)
+	errs = append(errs, s.release())
+	return errors.Join(errs...)
+}
+
+// ReadAt reads committed bytes of the .log file.
+func (s *Segment) ReadAt(p []byte, pos int64) (int, error) {
+	return s.f.ReadAt(p, pos)
+}

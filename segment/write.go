@@ -1,0 +1,196 @@
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/spoolmq/spool/record"
+)
+
+// Fits reports why the batch cannot be appended to this segment, or nil if
+// it can: ErrFull when the segment's size, offset range or indexes are
+// exhausted (the log rolls then). maxBytes is the log's segment size limit;
+// an empty segment takes a batch of any size up to MaxSize.
+func (s *Segment) Fits(b record.Batch, maxBytes int64) error {
+	size := s.size.Load()
+	if size > 0 && size+int64(b.Size()) > maxBytes {
+		return ErrFull
+	}
+	if size+int64(b.Size()) > MaxSize {
+		if size == 0 {
+			return fmt.Errorf("%w: batch of %d bytes is over the segment limit", record.ErrRecordTooLarge, b.Size())
+		}
+		return ErrFull
+	}
+	// Relative offsets are 32-bit in the indexes; Kafka keeps them below
+	// 2^31 so they read as non-negative Java ints.
+	if b.LastOffset()-s.base > math.MaxInt32 {
+		return ErrFull
+	}
+	if ix := s.idx.Load(); ix != nil && (ix.off.Len()+2 > ix.off.Cap() || ix.tim.Len()+2 > ix.tim.Cap()) {
+		// Two entries stay free: one for this batch, one written on seal.
+		return ErrFull
+	}
+	return nil
+}
+
+// Append writes a batch, whose offsets the log has already stamped, at the
+// end of the .log file and indexes it. On a failed write it cuts the file
+// back so that it holds whole batches only; if even that fails, the error
+// says so and the segment must not be written again.
+func (s *Segment) Append(b record.Batch) (pos int64, err error) {
+	if s.sealed.Load() {
+		return 0, fmt.Errorf("segment: append to sealed segment %s", s.logPath)
+	}
+	ix := s.idx.Load()
+	pos = s.size.Load()
+	if _, err := s.f.WriteAt(b.Bytes(), pos); err != nil {
+		werr := fmt.Errorf("segment: write %s at %d: %w", s.logPath, pos, err)
+		if terr := s.f.Truncate(pos); terr != nil {
+			return pos, errors.Join(werr, fmt.Errorf("segment: cut back %s to %d: %w", s.logPath, pos, terr))
+		}
+		return pos, werr
+	}
+	if err := s.track(ix, Header{
+		Position:     pos,
+		BaseOffset:   b.BaseOffset(),
+		LastOffset:   b.LastOffset(),
+		Size:         b.Size(),
+		MaxTimestamp: b.MaxTimestamp(),
+	}); err != nil {
+		return pos, err
+	}
+	s.size.Store(pos + int64(b.Size()))
+	return pos, nil
+}
+
+// track does the bookkeeping for a batch now in the file: the greatest
+// timestamp, the sparse index entries, the next offset.
+func (s *Segment) track(ix *indexes, h Header) error {
+	if h.MaxTimestamp > s.maxTS.Load() {
+		s.maxTS.Store(h.MaxTimestamp)
+		s.maxTSOffset = h.LastOffset
+	}
+	if s.sinceIndex > s.opts.IndexIntervalBytes {
+		if err := ix.off.Append(h.LastOffset, h.Position); err != nil {
+			return fmt.Errorf("segment: %w", err)
+		}
+		if _, err := ix.tim.MaybeAppend(s.maxTS.Load(), s.maxTSOffset); err != nil {
+			return fmt.Errorf("segment: %w", err)
+		}
+		s.sinceIndex = 0
+	}
+	s.sinceIndex += h.Size
+	if s.lastPos < 0 && h.MaxTimestamp > 0 {
+		s.rollTime = time.UnixMilli(h.MaxTimestamp)
+	}
+	s.lastPos = h.Position
+	s.next.Store(h.NextOffset())
+	return nil
+}
+
+// Seal makes the segment read-only: it indexes the last batch and the
+// greatest timestamp (so a later open needs no scan to know them) and trims
+// both index files. It does not fsync; see Sync.
+func (s *Segment) Seal() error {
+	if s.sealed.Load() {
+		return nil
+	}
+	ix := s.idx.Load()
+	if err := s.finalEntries(ix); err != nil {
+		return err
+	}
+	if err := errors.Join(ix.off.Trim(), ix.tim.Trim()); err != nil {
+		return fmt.Errorf("segment: seal %s: %w", s.logPath, err)
+	}
+	s.sealed.Store(true)
+	return nil
+}
+
+// finalEntries indexes the last batch and the greatest timestamp.
+func (s *Segment) finalEntries(ix *indexes) error {
+	if s.lastPos < 0 {
+		return nil
+	}
+	if last, ok := ix.off.Last(); !ok || last.Offset < s.next.Load()-1 {
+		if err := ix.off.Append(s.next.Load()-1, s.lastPos); err != nil {
+			return fmt.Errorf("segment: seal %s: %w", s.logPath, err)
+		}
+	}
+	if _, err := ix.tim.MaybeAppend(s.maxTS.Load(), s.maxTSOffset); err != nil {
+		return fmt.Errorf("segment: seal %s: %w", s.logPath, err)
+	}
+	return nil
+}
+
+// PrepareCleanClose indexes the last batch and the greatest timestamp of an
+// active segment so that a clean reopen finds them without a scan. Close with
+// clean set then trims the index files.
+func (s *Segment) PrepareCleanClose() error {
+	if s.sealed.Load() {
+		return nil
+	}
+	return s.finalEntries(s.idx.Load())
+}
+
+// Sync flushes the .log file to stable storage.
+func (s *Segment) Sync() error {
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("segment: fsync %s: %w", s.logPath, err)
+	}
+	return nil
+}
+
+// SyncIndexes flushes both index files to stable storage.
+func (s *Segment) SyncIndexes() error {
+	ix, err := s.indexes()
+	if err != nil {
+		return err
+	}
+	return errors.Join(ix.off.Sync(), ix.tim.Sync())
+}
+
+// Truncate removes the batches whose last offset is >= offset: the batch
+// holding offset goes whole. It returns the new next offset, which is <=
+// offset. Committed bytes shrink with it. The segment must be writable.
+func (s *Segment) Truncate(offset int64) (int64, error) {
+	if s.sealed.Load() {
+		return 0, fmt.Errorf("segment: truncate sealed segment %s", s.logPath)
+	}
+	h, err := s.Find(offset, s.size.Load())
+	if err == io.EOF {
+		return s.next.Load(), nil // nothing at or after offset
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := s.f.Truncate(h.Position); err != nil {
+		return 0, fmt.Errorf("segment: truncate %s to %d: %w", s.logPath, h.Position, err)
+	}
+	if _, err := s.restore(h.Position, h.Position, false); err != nil {
+		return 0, err
+	}
+	if s.lastPos < 0 {
+		// Nothing left: the segment starts where it always did.
+		s.next.Store(s.base)
+	}
+	return s.next.Load(), nil
+}
+
+// Resume prepares a writable segment that was closed cleanly for appends:
+// it takes the last index entries as true (after checking the batch they
+// point at) and walks the headers from there to the end of the file.
+func (s *Segment) Resume() error {
+	size := s.size.Load()
+	res, err := s.restore(size, size, false)
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return &CorruptError{Path: s.logPath, Position: res.ValidSize, Err: res.Err}
+	}
+	return nil
+}
