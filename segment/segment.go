@@ -150,8 +150,8 @@ type Segment struct {
 	retired []*indexes // replaced by a rebuild; unmapped when the segment closes
 	rebuild atomic.Bool
 
-	refs      atomic.Int64 // the log's reference plus one per reader
-	closeOnce sync.Once
+	refs        atomic.Int64 // the log's reference plus one per reader
+	closeOnce   sync.Once
 	closeErr    error
 	trimOnClose atomic.Bool
 }
@@ -236,8 +236,10 @@ func newSegment(dir string, base int64, opts Options) *Segment {
 	return s
 }
 
-func (s *Segment) indexPath() string     { return filepath.Join(s.dir, FileName(s.base, IndexSuffix)) }
-func (s *Segment) timeIndexPath() string { return filepath.Join(s.dir, FileName(s.base, TimeIndexSuffix)) }
+func (s *Segment) indexPath() string { return filepath.Join(s.dir, FileName(s.base, IndexSuffix)) }
+func (s *Segment) timeIndexPath() string {
+	return filepath.Join(s.dir, FileName(s.base, TimeIndexSuffix))
+}
 
 func (s *Segment) openIndexes(writable bool) (*indexes, error) {
 	off, err := index.OpenOffset(s.opts.FS, s.indexPath(), s.base, s.opts.IndexMaxBytes, writable)
