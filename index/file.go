@@ -38,7 +38,7 @@ type file struct {
 	entrySize int
 	max       int // entries the mapping can hold
 	n         atomic.Int64
-	writable  bool
+	writable  atomic.Bool // false once trimmed; read by sync from other goroutines
 }
 
 // open maps the file at path. A writable file is allocated and mapped at
@@ -58,7 +58,8 @@ func open(fsys vfs.FS, path string, entrySize, maxBytes int, writable bool, vali
 	if err != nil {
 		return nil, err
 	}
-	ix := &file{path: path, f: f, entrySize: entrySize, writable: writable}
+	ix := &file{path: path, f: f, entrySize: entrySize}
+	ix.writable.Store(writable)
 	if err := ix.mapFile(maxBytes, valid); err != nil {
 		f.Close()
 		return nil, err
@@ -73,12 +74,12 @@ func (ix *file) mapFile(maxBytes int, valid func([]byte, int) int) error {
 	}
 	size := st.Size()
 	maxBytes -= maxBytes % ix.entrySize
-	trimmed := size < int64(maxBytes) || !ix.writable
+	trimmed := size < int64(maxBytes) || !ix.writable.Load()
 	if trimmed && size%int64(ix.entrySize) != 0 {
 		return fmt.Errorf("%w: %s: size %d is not a multiple of %d", ErrCorrupt, ix.path, size, ix.entrySize)
 	}
 	mapBytes := int(size)
-	if ix.writable {
+	if ix.writable.Load() {
 		if size > int64(maxBytes) {
 			return fmt.Errorf("%w: %s: size %d is over the maximum %d", ErrCorrupt, ix.path, size, maxBytes)
 		}
@@ -93,7 +94,7 @@ func (ix *file) mapFile(maxBytes int, valid func([]byte, int) int) error {
 	ix.max = mapBytes / ix.entrySize
 	if mapBytes > 0 {
 		prot := mmap.RDONLY
-		if ix.writable {
+		if ix.writable.Load() {
 			prot = mmap.RDWR
 		}
 		mm, err := mmap.MapRegion(ix.f.OS(), mapBytes, prot, 0, 0)
@@ -140,7 +141,7 @@ func (ix *file) entry(i int) []byte {
 
 // appendEntry writes an entry after the last one.
 func (ix *file) appendEntry(put func([]byte)) error {
-	if !ix.writable {
+	if !ix.writable.Load() {
 		return fmt.Errorf("%w: %s", ErrReadOnly, ix.path)
 	}
 	n := ix.entries()
@@ -181,13 +182,13 @@ func (ix *file) search(target int64, key func(e []byte) int64) (i int, err error
 
 // trim cuts the file to its entries and makes the index read-only.
 func (ix *file) trim() error {
-	if !ix.writable {
+	if !ix.writable.Load() {
 		return nil
 	}
 	if err := ix.f.Truncate(int64(ix.entries() * ix.entrySize)); err != nil {
 		return fmt.Errorf("index: trim %s: %w", ix.path, err)
 	}
-	ix.writable = false
+	ix.writable.Store(false)
 	ix.max = ix.entries()
 	return nil
 }
@@ -195,7 +196,7 @@ func (ix *file) trim() error {
 // sync makes the entries durable. On Linux fsync also writes back pages
 // dirtied through the map; msync first keeps that true elsewhere.
 func (ix *file) sync() error {
-	if ix.mm != nil && ix.writable {
+	if ix.mm != nil && ix.writable.Load() {
 		if err := ix.mm.Flush(); err != nil {
 			return fmt.Errorf("index: msync %s: %w", ix.path, err)
 		}

@@ -67,7 +67,13 @@ func (s *Segment) restore(from, end int64, verify bool) (RecoveryResult, error) 
 	}
 	s.maxTS.Store(record.NoTimestamp)
 	s.maxTSOffset, s.lastPos, s.sinceIndex = s.base, -1, 0
+	s.firstTS = record.NoTimestamp
 	s.next.Store(s.base)
+	if from > 0 {
+		if h, err := s.headerAt(0); err == nil {
+			s.firstTS = h.MaxTimestamp
+		}
+	}
 
 	ix.off.TruncateAt(math.MaxInt64, from)
 	start := int64(0)

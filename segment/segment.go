@@ -140,10 +140,11 @@ type Segment struct {
 	sealed    atomic.Bool
 
 	// Writer state, guarded by the log's lock.
-	maxTSOffset int64 // offset of the batch that set maxTS
-	lastPos     int64 // position of the last batch, -1 when empty
-	sinceIndex  int   // bytes appended since the last index entry
-	rollTime    time.Time
+	maxTSOffset int64     // offset of the batch that set maxTS
+	lastPos     int64     // position of the last batch, -1 when empty
+	sinceIndex  int       // bytes appended since the last index entry
+	firstTS     int64     // MaxTimestamp of the first batch, or NoTimestamp
+	created     time.Time // when this process created or opened the segment
 
 	idxMu   sync.Mutex // serialises loading and rebuilding indexes
 	idx     atomic.Pointer[indexes]
@@ -175,7 +176,6 @@ func Create(dir string, base int64, opts Options) (*Segment, error) {
 		return nil, err
 	}
 	s.idx.Store(ix)
-	s.rollTime = time.Now()
 	return s, nil
 }
 
@@ -203,7 +203,6 @@ func Open(dir string, base int64, opts Options, writable bool) (*Segment, error)
 	}
 	s.size.Store(st.Size())
 	s.committed.Store(st.Size())
-	s.rollTime = st.ModTime()
 	if writable {
 		ix, err := s.openIndexes(true)
 		if err != nil {
@@ -232,6 +231,8 @@ func newSegment(dir string, base int64, opts Options) *Segment {
 	s.maxTS.Store(record.NoTimestamp)
 	s.maxTSOffset = base
 	s.lastPos = -1
+	s.firstTS = record.NoTimestamp
+	s.created = time.Now()
 	s.refs.Store(1)
 	return s
 }
@@ -308,9 +309,17 @@ func (s *Segment) MaxTimestamp() (int64, error) {
 	return s.maxTS.Load(), nil
 }
 
-// RollTime is the time the segment's age counts from (segment.ms): the
-// timestamp of its first batch, or when it was created.
-func (s *Segment) RollTime() time.Time { return s.rollTime }
+// Age is how old the segment is for segment.ms, as Kafka reckons it: the
+// timestamp of the batch about to be appended (batchTS, Unix ms) minus that
+// of the segment's first batch when both exist, otherwise the time since the
+// segment was created or opened. Record time, not wall time, so a log
+// replicated or restored with old timestamps does not roll on every batch.
+func (s *Segment) Age(now time.Time, batchTS int64) time.Duration {
+	if s.firstTS >= 0 && batchTS >= 0 {
+		return time.Duration(batchTS-s.firstTS) * time.Millisecond
+	}
+	return now.Sub(s.created)
+}
 
 // Sealed reports whether the segment takes no more appends.
 func (s *Segment) Sealed() bool { return s.sealed.Load() }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"time"
 
 	"github.com/spoolmq/spool/record"
 )
@@ -84,8 +83,8 @@ func (s *Segment) track(ix *indexes, h Header) error {
 		s.sinceIndex = 0
 	}
 	s.sinceIndex += h.Size
-	if s.lastPos < 0 && h.MaxTimestamp > 0 {
-		s.rollTime = time.UnixMilli(h.MaxTimestamp)
+	if s.lastPos < 0 && h.Position == 0 {
+		s.firstTS = h.MaxTimestamp
 	}
 	s.lastPos = h.Position
 	s.next.Store(h.NextOffset())

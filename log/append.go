@@ -1,0 +1,317 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/segment"
+)
+
+// errTruncatedWhileWaiting is returned to an append whose data a Truncate
+// removed before it became durable.
+var errTruncatedWhileWaiting = errors.New("log: appended data was truncated before it was flushed")
+
+// Append encodes records as one batch (with Options.Compression), appends
+// it and returns the offset of the first record. Records get consecutive
+// offsets; those without a timestamp get the current time. Under the Sync
+// policy it returns once the batch is on stable storage.
+func (l *Log) Append(recs ...record.Record) (int64, error) {
+	bp := l.batchBuf.Get().(*[]byte)
+	defer l.batchBuf.Put(bp)
+	buf, err := record.AppendBatch((*bp)[:0], recs, record.BatchOptions{Compression: l.opts.Compression, Now: l.opts.now()})
+	if cap(buf) <= 4<<20 {
+		*bp = buf[:0] // keep a grown buffer, but not a huge one
+	}
+	if err != nil {
+		return 0, err
+	}
+	b, _, err := record.ParseBatch(buf)
+	if err != nil {
+		return 0, err
+	}
+	return l.append(b)
+}
+
+// AppendBatch appends a batch a producer encoded (as a Kafka client sends
+// it in a produce request) and returns its first offset. The batch is
+// checked first - framing, CRC-32C, header fields, every record's framing,
+// offset deltas 0..n-1, size against MaxMessageBytes - and a bad batch gets
+// an error (wrapping ErrCorrupt or record.ErrRecordTooLarge) with nothing
+// written.
+//
+// AppendBatch stamps the base offset into b's bytes: the caller hands the
+// bytes over. The CRC does not cover the base offset, so it stays valid.
+func (l *Log) AppendBatch(b record.Batch) (int64, error) {
+	if err := l.checkProducerBatch(b); err != nil {
+		return 0, err
+	}
+	return l.append(b)
+}
+
+// checkProducerBatch validates a batch from outside.
+func (l *Log) checkProducerBatch(b record.Batch) error {
+	if b.IsZero() {
+		return fmt.Errorf("%w: empty batch", ErrCorrupt)
+	}
+	if b.Size() > l.opts.MaxMessageBytes {
+		return fmt.Errorf("%w: batch of %d bytes is over MaxMessageBytes %d", record.ErrRecordTooLarge, b.Size(), l.opts.MaxMessageBytes)
+	}
+	if err := b.Verify(); err != nil {
+		return err
+	}
+	if int64(b.NumRecords()) != int64(b.LastOffsetDelta())+1 {
+		return fmt.Errorf("%w: %d records but last offset delta %d", ErrCorrupt, b.NumRecords(), b.LastOffsetDelta())
+	}
+	it := l.iters.Get().(*record.Iterator)
+	defer l.iters.Put(it)
+	it.MaxUncompressedBytes = max(record.DefaultMaxUncompressedBytes, 4*l.opts.MaxMessageBytes)
+	it.Reset(b)
+	base := b.BaseOffset()
+	var i int64
+	for it.Next() {
+		if it.Record().Offset != base+i {
+			return fmt.Errorf("%w: record %d has offset delta %d", ErrCorrupt, i, it.Record().Offset-base)
+		}
+		i++
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	if i != int64(b.NumRecords()) {
+		return fmt.Errorf("%w: decoded %d records, header says %d", ErrCorrupt, i, b.NumRecords())
+	}
+	return nil
+}
+
+// append writes a checked batch: it stamps the base offset, rolls if
+// needed, writes, and (under Sync) waits for the group fsync.
+func (l *Log) append(b record.Batch) (int64, error) {
+	if b.Size() > l.opts.MaxMessageBytes {
+		return 0, fmt.Errorf("%w: batch of %d bytes is over MaxMessageBytes %d", record.ErrRecordTooLarge, b.Size(), l.opts.MaxMessageBytes)
+	}
+	l.mu.Lock()
+	if l.closed.Load() {
+		l.mu.Unlock()
+		return 0, ErrClosed
+	}
+	if err := l.failed(); err != nil {
+		l.mu.Unlock()
+		return 0, err
+	}
+	base := l.next.Load()
+	if base > math.MaxInt64-int64(b.LastOffsetDelta())-1 {
+		l.mu.Unlock()
+		return 0, fmt.Errorf("%w: %d records after offset %d", ErrOffsetOverflow, b.LastOffsetDelta()+1, base)
+	}
+	b.SetBaseOffset(base)
+	if err := l.maybeRoll(b); err != nil {
+		l.mu.Unlock()
+		return 0, err
+	}
+	seg := l.active
+	if _, err := seg.Append(b); err != nil {
+		err = l.fail(err)
+		l.mu.Unlock()
+		return 0, err
+	}
+	end := b.NextOffset()
+	l.next.Store(end)
+	truncs := l.truncs.Load()
+	if l.opts.Flush.kind != flushSync {
+		l.publishCommitted(seg, seg.Size(), end)
+		l.mu.Unlock()
+		return base, nil
+	}
+	l.mu.Unlock()
+	return base, l.syncTo(end, truncs)
+}
+
+// maybeRoll seals the active segment and starts a new one when the batch
+// does not fit (size, offsets, index room) or the segment is too old. Called
+// with mu held.
+func (l *Log) maybeRoll(b record.Batch) error {
+	s := l.active
+	roll := s.Sealed()
+	if !roll {
+		switch err := s.Fits(b, l.opts.SegmentBytes); {
+		case errors.Is(err, segment.ErrFull):
+			roll = true
+		case err != nil:
+			return err
+		}
+	}
+	if !roll && s.Size() > 0 && s.Age(l.opts.now(), b.MaxTimestamp()) > l.opts.SegmentAge {
+		roll = true
+	}
+	if !roll {
+		return nil
+	}
+	return l.roll()
+}
+
+// roll seals the active segment and creates the next. Called with mu held.
+func (l *Log) roll() error {
+	old := l.active
+	next := l.next.Load()
+	if !old.Sealed() {
+		if err := old.Seal(); err != nil {
+			return l.fail(err)
+		}
+	}
+	if l.opts.Flush.kind == flushSync {
+		// Everything in the old segment was appended under Sync; make it
+		// durable before anything lands in the new one, so a crash can
+		// only ever tear the last segment.
+		if err := old.Sync(); err != nil {
+			return l.fail(err)
+		}
+		l.markDurable(old, old.Size(), next)
+	} else {
+		l.unsynced = append(l.unsynced, old)
+	}
+	s, err := segment.Create(l.dir, next, l.opts.segmentOptions())
+	if err != nil {
+		return l.fail(err)
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		s.Close(false)
+		return l.fail(err)
+	}
+	segs := l.segments()
+	l.publish(append(segs[:len(segs):len(segs)], s))
+	l.active = s
+	select {
+	case l.rolled <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Roll seals the active segment now, if it holds anything, and starts a
+// new one.
+func (l *Log) Roll() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if err := l.failed(); err != nil {
+		return err
+	}
+	if l.active.Size() == 0 {
+		return nil
+	}
+	return l.roll()
+}
+
+// publishCommitted lets readers see the segment up to size and the log up
+// to end, and wakes waiting readers.
+func (l *Log) publishCommitted(seg *segment.Segment, size, end int64) {
+	seg.Commit(size)
+	for {
+		c := l.committed.Load()
+		if end <= c || l.committed.CompareAndSwap(c, end) {
+			break
+		}
+	}
+	l.notify.broadcast()
+}
+
+// markDurable records that the log is on stable storage up to end (size
+// bytes of seg) and, under Sync, lets readers see it.
+func (l *Log) markDurable(seg *segment.Segment, size, end int64) {
+	l.syncMu.Lock()
+	if end > l.durable {
+		l.durable = end
+	}
+	l.syncCond.Broadcast()
+	l.syncMu.Unlock()
+	if l.opts.Flush.kind == flushSync {
+		l.publishCommitted(seg, size, end)
+	}
+}
+
+// syncTo returns once offsets below target are on stable storage. The
+// first caller to find no fsync running runs one for everybody; callers that
+// arrive meanwhile wait for the next (group commit).
+func (l *Log) syncTo(target, truncs int64) error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	for {
+		if err := l.failed(); err != nil {
+			return err
+		}
+		if l.truncs.Load() != truncs && target > l.next.Load() {
+			return errTruncatedWhileWaiting
+		}
+		if l.durable >= target {
+			return nil
+		}
+		if l.closed.Load() && !l.syncing {
+			return ErrClosed
+		}
+		if l.syncing {
+			l.syncCond.Wait()
+			continue
+		}
+		l.syncing = true
+		l.syncMu.Unlock()
+		err := l.syncOnce()
+		l.syncMu.Lock()
+		l.syncing = false
+		l.syncCond.Broadcast()
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// syncOnce fsyncs everything written so far: the segments sealed since the
+// last fsync and the active one.
+func (l *Log) syncOnce() error {
+	l.mu.Lock()
+	seg, size, end := l.active, l.active.Size(), l.next.Load()
+	pending := l.unsynced
+	l.unsynced = nil
+	ok := seg.Acquire()
+	l.mu.Unlock()
+	if !ok {
+		return ErrClosed
+	}
+	defer seg.Release()
+	for _, s := range pending {
+		if s.Acquire() {
+			err := s.Sync()
+			s.Release()
+			if err != nil {
+				return l.fail(err)
+			}
+		}
+	}
+	if err := seg.Sync(); err != nil {
+		return l.fail(err)
+	}
+	l.syncMu.Lock()
+	if end > l.durable {
+		l.durable = end
+	}
+	l.syncMu.Unlock()
+	if l.opts.Flush.kind == flushSync {
+		l.publishCommitted(seg, size, end)
+	}
+	return nil
+}
+
+// Sync flushes everything appended so far - data and indexes - to stable
+// storage and records the recovery point, whatever the flush policy.
+func (l *Log) Sync() error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if err := l.syncTo(l.next.Load(), l.truncs.Load()); err != nil {
+		return err
+	}
+	return l.checkpoint()
+}

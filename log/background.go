@@ -1,0 +1,97 @@
+package log
+
+import (
+	"time"
+
+	"github.com/spoolmq/spool/segment"
+)
+
+// background is the log's own goroutine: it flushes on the Interval policy,
+// records the recovery point after rolls and on CheckpointInterval, and
+// applies retention. Close stops it.
+func (l *Log) background() {
+	defer close(l.bgDone)
+	var flush <-chan time.Time
+	if l.opts.Flush.kind == flushInterval {
+		t := time.NewTicker(l.opts.Flush.interval)
+		defer t.Stop()
+		flush = t.C
+	}
+	cp := time.NewTicker(l.opts.CheckpointInterval)
+	defer cp.Stop()
+	ret := time.NewTicker(l.opts.RetentionCheckInterval)
+	defer ret.Stop()
+	for {
+		var err error
+		select {
+		case <-l.bgStop:
+			return
+		case <-flush:
+			err = l.syncTo(l.next.Load(), l.truncs.Load())
+		case <-l.rolled:
+			err = l.checkpoint()
+		case <-cp.C:
+			err = l.checkpoint()
+		case <-ret.C:
+			_, err = l.ApplyRetention()
+		}
+		if err != nil && l.failed() == nil && !l.closed.Load() {
+			l.logger.Warn("background work failed", "err", err)
+		}
+	}
+}
+
+// checkpoint makes everything written so far durable - the data and indexes
+// of every segment from the last recovery point on - and records the new
+// recovery point, so that an unclean restart checks only what came after.
+func (l *Log) checkpoint() error {
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if err := l.failed(); err != nil {
+		return err
+	}
+
+	l.mu.Lock()
+	active, size, end := l.active, l.active.Size(), l.next.Load()
+	var segs []*segment.Segment
+	for _, s := range l.segments() {
+		if s.Base() >= l.rp.SegmentBase && s.Acquire() {
+			segs = append(segs, s)
+		}
+	}
+	l.unsynced = nil // synced below
+	l.mu.Unlock()
+	defer func() {
+		for _, s := range segs {
+			s.Release()
+		}
+	}()
+
+	for _, s := range segs {
+		if err := s.Sync(); err != nil {
+			return l.fail(err)
+		}
+		if err := s.SyncIndexes(); err != nil {
+			return l.fail(err)
+		}
+	}
+	l.markDurable(active, size, end)
+	rp := recoveryPoint{Offset: end, SegmentBase: active.Base(), Position: size}
+	if err := writeCheckpoint(l.fs, l.dir, checkpoint{Recovery: rp, Start: l.start.Load()}); err != nil {
+		return l.fail(err)
+	}
+	l.rp = rp
+	return nil
+}
+
+// writeStateLocked records the current recovery point with a new log start
+// offset. Called with cpMu held.
+func (l *Log) writeStateLocked(start int64) error {
+	if err := writeCheckpoint(l.fs, l.dir, checkpoint{Recovery: l.rp, Start: start}); err != nil {
+		return l.fail(err)
+	}
+	return nil
+}

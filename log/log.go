@@ -1,0 +1,498 @@
+package log
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/spoolmq/spool/internal/vfs"
+	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/segment"
+)
+
+// Errors returned by a Log, tested with errors.Is.
+var (
+	// ErrClosed means the log was closed.
+	ErrClosed = errors.New("log: closed")
+	// ErrOffsetOutOfRange means an offset below the log start offset or
+	// beyond the end.
+	ErrOffsetOutOfRange = errors.New("log: offset out of range")
+	// ErrCorrupt is record.ErrCorrupt: damaged bytes in a segment, or a
+	// malformed batch handed to AppendBatch. Errors about files name the
+	// file and byte position (segment.CorruptError).
+	ErrCorrupt = record.ErrCorrupt
+	// ErrLocked means another process has the directory open.
+	ErrLocked = vfs.ErrLocked
+	// ErrFailed means an earlier write or fsync failed. The log refuses
+	// writes until it is closed and reopened, which recovers it: after a
+	// failed fsync nothing written since the last good one can be trusted,
+	// and retrying the fsync could report success for lost data.
+	ErrFailed = errors.New("log: failed; close and reopen to recover")
+	// ErrOffsetOverflow means the log's offsets would pass 2^63-1.
+	ErrOffsetOverflow = errors.New("log: offset overflow")
+)
+
+const lockFile = ".lock"
+
+// Log is one partition's log: a directory of segments, appended at the end,
+// read from anywhere, trimmed at the start by retention. See the package
+// documentation for the format and guarantees.
+//
+// A Log is safe for concurrent use: appends are serialised (one writer);
+// reads take no lock.
+type Log struct {
+	dir    string
+	opts   Options
+	fs     vfs.FS
+	lock   io.Closer
+	logger *slog.Logger
+
+	// mu serialises the writer: appends, rolls, truncation, deletion.
+	mu       sync.Mutex
+	active   *segment.Segment   // the last segment; guarded by mu
+	unsynced []*segment.Segment // sealed but not yet fsynced (not under Sync); guarded by mu
+
+	segs      atomic.Pointer[[]*segment.Segment] // immutable, sorted by base
+	next      atomic.Int64                       // the offset the next append gets
+	start     atomic.Int64                       // the log start offset
+	committed atomic.Int64                       // readers see offsets below this
+	truncs    atomic.Int64                       // bumped by Truncate: readers re-seek
+	failure   atomic.Pointer[error]
+	closed    atomic.Bool
+
+	// Group commit state (Sync policy).
+	syncMu   sync.Mutex
+	syncCond *sync.Cond
+	syncing  bool
+	durable  int64 // offsets below are on stable storage; guarded by syncMu
+
+	// cpMu serialises checkpoints; rp is the last recovery point written.
+	cpMu sync.Mutex
+	rp   recoveryPoint
+
+	notify   notifier
+	batchBuf sync.Pool // *[]byte, for Append's encoding
+	iters    sync.Pool // *record.Iterator, for AppendBatch's checks
+
+	bgStop chan struct{}
+	bgDone chan struct{}
+	rolled chan struct{} // a roll asks the background goroutine for a checkpoint
+}
+
+// RecoveryInfo describes what Open had to do to the log.
+type RecoveryInfo struct {
+	// Clean is true when the log had been closed cleanly and nothing was
+	// checked.
+	Clean bool
+	// SegmentsChecked and BytesChecked count what was validated.
+	SegmentsChecked int
+	BytesChecked    int64
+	// TruncatedBytes counts bytes dropped: a torn tail, or (not under the
+	// Sync policy) damaged data and everything after it.
+	TruncatedBytes int64
+	// SegmentsDropped counts whole segments removed after damage.
+	SegmentsDropped int
+}
+
+// Open opens the log in dir, creating the directory if needed, and recovers
+// it if it was not closed cleanly. Only one Log, in one process, may have a
+// directory open at a time.
+func Open(dir string, opts Options) (*Log, error) {
+	l, _, err := OpenWithInfo(dir, opts)
+	return l, err
+}
+
+// OpenWithInfo is Open that also reports what recovery did.
+func OpenWithInfo(dir string, opts Options) (*Log, RecoveryInfo, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, RecoveryInfo{}, err
+	}
+	fsys := opts.fs
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return nil, RecoveryInfo{}, fmt.Errorf("log: %w", err)
+	}
+	lk, err := fsys.Lock(filepath.Join(dir, lockFile))
+	if err != nil {
+		return nil, RecoveryInfo{}, fmt.Errorf("log: open %s: %w", dir, err)
+	}
+	l := &Log{
+		dir:    dir,
+		opts:   opts,
+		fs:     fsys,
+		lock:   lk,
+		logger: opts.Logger.With("log", dir),
+		bgStop: make(chan struct{}),
+		bgDone: make(chan struct{}),
+		rolled: make(chan struct{}, 1),
+	}
+	l.syncCond = sync.NewCond(&l.syncMu)
+	l.batchBuf.New = func() any { b := make([]byte, 0, 64<<10); return &b }
+	l.iters.New = func() any { return new(record.Iterator) }
+
+	info, err := l.load()
+	if err != nil {
+		l.closeSegments(false)
+		lk.Close()
+		return nil, info, err
+	}
+	go l.background()
+	return l, info, nil
+}
+
+// load opens the segments and recovers what may not be durable.
+func (l *Log) load() (RecoveryInfo, error) {
+	var info RecoveryInfo
+	bases, err := l.scanDir()
+	if err != nil {
+		return info, err
+	}
+	cp, err := readCheckpoint(l.fs, l.dir)
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrNotExist):
+		cp = checkpoint{} // nothing known: check everything
+	case errors.Is(err, errBadCheckpoint):
+		l.logger.Warn("damaged checkpoint; checking every segment", "err", err)
+		cp = checkpoint{}
+	default:
+		return info, err
+	}
+	info.Clean = cp.Clean && len(bases) > 0
+
+	segOpts := l.opts.segmentOptions()
+	if len(bases) == 0 {
+		base := max(cp.Start, cp.Recovery.Offset)
+		s, err := segment.Create(l.dir, base, segOpts)
+		if err != nil {
+			return info, err
+		}
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			s.Close(false)
+			return info, err
+		}
+		l.publish([]*segment.Segment{s})
+		l.active = s
+		l.next.Store(base)
+		l.rp = recoveryPoint{Offset: base, SegmentBase: base}
+	} else {
+		if err := l.openSegments(bases, cp, &info); err != nil {
+			return info, err
+		}
+	}
+
+	segs := l.segments()
+	first := segs[0].Base()
+	start := max(cp.Start, first)
+	end := l.next.Load()
+	if start > end {
+		start = end
+	}
+	l.start.Store(start)
+	l.committed.Store(end)
+	l.durable = end
+
+	// What is on disk now was checked (or closed cleanly). Make it durable
+	// and record that, so the next unclean restart starts from here, and
+	// mark the log open: until a clean close, a restart must recover.
+	if err := l.flushAll(segs); err != nil {
+		return info, err
+	}
+	l.rp = recoveryPoint{Offset: end, SegmentBase: l.active.Base(), Position: l.active.Size()}
+	if err := writeCheckpoint(l.fs, l.dir, checkpoint{Recovery: l.rp, Start: start}); err != nil {
+		return info, err
+	}
+	return info, nil
+}
+
+// scanDir lists the segments' base offsets and removes debris: temporary
+// files from interrupted writes and index files without a log.
+func (l *Log) scanDir() ([]int64, error) {
+	entries, err := l.fs.ReadDir(l.dir)
+	if err != nil {
+		return nil, fmt.Errorf("log: %w", err)
+	}
+	logs := map[int64]bool{}
+	var bases []int64
+	for _, e := range entries {
+		if base, suffix, ok := segment.ParseFileName(e.Name()); ok && suffix == segment.LogSuffix {
+			logs[base] = true
+			bases = append(bases, base)
+		}
+	}
+	for _, e := range entries {
+		name := e.Name()
+		p := filepath.Join(l.dir, name)
+		switch {
+		case strings.HasSuffix(name, ".tmp"), strings.HasSuffix(name, ".rebuild"), strings.HasSuffix(name, ".deleted"):
+			if err := l.fs.Remove(p); err != nil {
+				return nil, fmt.Errorf("log: remove %s: %w", p, err)
+			}
+		default:
+			if base, suffix, ok := segment.ParseFileName(name); ok && suffix != segment.LogSuffix && !logs[base] {
+				if err := l.fs.Remove(p); err != nil {
+					return nil, fmt.Errorf("log: remove %s: %w", p, err)
+				}
+			}
+		}
+	}
+	slices.Sort(bases)
+	return bases, nil
+}
+
+// openSegments opens the segments. After a clean close only the last is
+// touched; otherwise every segment from the one holding the recovery point is
+// checked batch by batch.
+func (l *Log) openSegments(bases []int64, cp checkpoint, info *RecoveryInfo) error {
+	segOpts := l.opts.segmentOptions()
+	rpSeg := int64(-1) // segments with base >= this are recovered
+	if !cp.Clean {
+		rpSeg = bases[0]
+		for _, b := range bases {
+			if b <= cp.Recovery.SegmentBase {
+				rpSeg = b
+			}
+		}
+	}
+	var segs []*segment.Segment
+	fail := func(err error) error {
+		for _, s := range segs {
+			s.Close(false)
+		}
+		return err
+	}
+	last := len(bases) - 1
+	for i, base := range bases {
+		recover := rpSeg >= 0 && base >= rpSeg
+		s, err := segment.Open(l.dir, base, segOpts, recover || i == last)
+		if err != nil {
+			return fail(err)
+		}
+		segs = append(segs, s)
+		if !recover {
+			continue
+		}
+		from := int64(0)
+		if base == cp.Recovery.SegmentBase {
+			from = cp.Recovery.Position
+		}
+		res, err := s.Recover(from)
+		if err != nil {
+			return fail(err)
+		}
+		info.SegmentsChecked++
+		info.BytesChecked += res.ValidSize - res.From
+		if res.Err != nil {
+			damaged := &segment.CorruptError{Path: s.Path(), Position: res.ValidSize, Err: res.Err}
+			tornTail := i == last && !res.DataAfter
+			if !tornTail && l.opts.Flush.kind == flushSync {
+				// Under Sync every batch here may have been
+				// acknowledged as durable: refuse rather than drop it.
+				return fail(fmt.Errorf("log: %w (valid data follows; not truncating acknowledged data: inspect with spool check)", damaged))
+			}
+			info.TruncatedBytes += res.FileSize - res.ValidSize
+			l.logger.Warn("truncating log after invalid batch", "file", s.Path(), "position", res.ValidSize,
+				"bytes", res.FileSize-res.ValidSize, "torn_tail", tornTail, "err", res.Err)
+			if err := s.DropTail(); err != nil {
+				return fail(err)
+			}
+			// Later segments cannot follow a hole: drop them.
+			for _, b := range bases[i+1:] {
+				info.SegmentsDropped++
+				for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix} {
+					p := filepath.Join(l.dir, segment.FileName(b, suffix))
+					if st, err := l.fs.Stat(p); err == nil && suffix == segment.LogSuffix {
+						info.TruncatedBytes += st.Size()
+					}
+					if err := l.fs.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+						return fail(err)
+					}
+				}
+			}
+			if err := l.fs.SyncDir(l.dir); err != nil {
+				return fail(err)
+			}
+			last = i
+			break
+		}
+	}
+	// Segments before the last are sealed; a recovered one needs its final
+	// index entries, and must end before the next one begins. (Segments
+	// before the recovery point were checked when they were written; their
+	// indexes load on first use.)
+	for i, s := range segs[:last] {
+		if s.Sealed() {
+			continue
+		}
+		if err := s.Seal(); err != nil {
+			return fail(err)
+		}
+		next, err := s.NextOffset()
+		if err != nil {
+			return fail(err)
+		}
+		if segs[i+1].Base() < next {
+			return fail(&segment.CorruptError{Path: segs[i+1].Path(), Position: 0,
+				Err: fmt.Errorf("%w: segment base %d overlaps the previous segment, which ends at %d", ErrCorrupt, segs[i+1].Base(), next)})
+		}
+	}
+	active := segs[last]
+	if rpSeg < 0 {
+		if err := active.Resume(); err != nil {
+			// The clean marker lied about this segment: check it.
+			l.logger.Warn("active segment disagrees with its clean close; checking it", "err", err)
+			res, rerr := active.Recover(0)
+			if rerr != nil {
+				return fail(rerr)
+			}
+			if res.Err != nil {
+				if res.DataAfter && l.opts.Flush.kind == flushSync {
+					return fail(&segment.CorruptError{Path: active.Path(), Position: res.ValidSize, Err: res.Err})
+				}
+				info.TruncatedBytes += res.FileSize - res.ValidSize
+				if err := active.DropTail(); err != nil {
+					return fail(err)
+				}
+			}
+		}
+	}
+	next, err := active.NextOffset()
+	if err != nil {
+		return fail(err)
+	}
+	l.publish(segs[:last+1])
+	l.active = active
+	l.next.Store(next)
+	// Until the flush below, the old recovery point still holds.
+	l.rp = cp.Recovery
+	if rpSeg >= 0 {
+		l.rp.SegmentBase = rpSeg
+	}
+	return nil
+}
+
+// segments returns the current segment list. It must not be modified.
+func (l *Log) segments() []*segment.Segment { return *l.segs.Load() }
+
+// publish installs a new segment list.
+func (l *Log) publish(segs []*segment.Segment) { l.segs.Store(&segs) }
+
+// fail records the first fatal error: from then on the log refuses writes.
+func (l *Log) fail(err error) error {
+	wrapped := fmt.Errorf("%w: %w", ErrFailed, err)
+	if l.failure.CompareAndSwap(nil, &wrapped) {
+		l.logger.Error("log failed; refusing writes until reopened", "err", err)
+	}
+	l.notify.broadcast()
+	return *l.failure.Load()
+}
+
+// failed returns the recorded fatal error, or nil.
+func (l *Log) failed() error {
+	if p := l.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Dir is the log's directory.
+func (l *Log) Dir() string { return l.dir }
+
+// StartOffset is the log start offset: the first offset that may be read.
+func (l *Log) StartOffset() int64 { return l.start.Load() }
+
+// EndOffset is the offset the next appended record will get (the log end
+// offset).
+func (l *Log) EndOffset() int64 { return l.next.Load() }
+
+// CommittedOffset is the offset below which readers see records: under the
+// Sync policy the end of what is on stable storage, otherwise the end
+// offset.
+func (l *Log) CommittedOffset() int64 { return l.committed.Load() }
+
+// Size is the total size of the segment files in bytes.
+func (l *Log) Size() int64 {
+	var n int64
+	for _, s := range l.segments() {
+		n += s.Size()
+	}
+	return n
+}
+
+// NumSegments is the number of segments.
+func (l *Log) NumSegments() int { return len(l.segments()) }
+
+// Close flushes everything, records a clean shutdown so the next Open need
+// check nothing, and releases the directory. Readers waiting in Next return
+// ErrClosed. Close after a failure closes without the clean mark.
+func (l *Log) Close() error {
+	if l.closed.Swap(true) {
+		return ErrClosed
+	}
+	close(l.bgStop)
+	<-l.bgDone
+	l.notify.broadcast()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var err error
+	clean := l.failed() == nil
+	if clean {
+		err = l.active.PrepareCleanClose()
+		segs := l.segments()
+		if err == nil {
+			err = l.flushAll(segs)
+		}
+		if err == nil {
+			l.cpMu.Lock()
+			rp := recoveryPoint{Offset: l.next.Load(), SegmentBase: l.active.Base(), Position: l.active.Size()}
+			err = writeCheckpoint(l.fs, l.dir, checkpoint{Recovery: rp, Start: l.start.Load(), Clean: true})
+			l.cpMu.Unlock()
+		}
+		clean = err == nil
+	}
+	l.closeSegments(clean)
+	l.syncMu.Lock()
+	l.syncCond.Broadcast()
+	l.syncMu.Unlock()
+	if lerr := l.lock.Close(); err == nil {
+		err = lerr
+	}
+	return err
+}
+
+func (l *Log) closeSegments(clean bool) {
+	p := l.segs.Load()
+	if p == nil {
+		return
+	}
+	for _, s := range *p {
+		if err := s.Close(clean); err != nil {
+			l.logger.Warn("closing segment", "file", s.Path(), "err", err)
+		}
+	}
+}
+
+// flushAll makes the data and indexes of the segments from the recovery
+// point on durable.
+func (l *Log) flushAll(segs []*segment.Segment) error {
+	for _, s := range segs {
+		if s.Base() < l.rp.SegmentBase {
+			continue
+		}
+		if err := s.Sync(); err != nil {
+			return l.fail(err)
+		}
+		if err := s.SyncIndexes(); err != nil {
+			return l.fail(err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,493 @@
+package log
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/segment"
+	"github.com/stretchr/testify/require"
+)
+
+// tiny makes logs that roll and index often.
+func tiny() Options {
+	return Options{SegmentBytes: 4096, IndexIntervalBytes: 128, IndexMaxBytes: 1024, CheckpointInterval: time.Hour}
+}
+
+func value(off int64) []byte {
+	return []byte(fmt.Sprintf("value-%06d-%s", off, bytes.Repeat([]byte{'x'}, int(off%50))))
+}
+
+// appendN appends n records in batches of 1..maxBatch and returns the next
+// offset.
+func appendN(t testing.TB, l *Log, n int, maxBatch int, rng *rand.Rand) int64 {
+	t.Helper()
+	for n > 0 {
+		k := min(n, 1+rng.IntN(maxBatch))
+		next := l.EndOffset()
+		recs := make([]record.Record, k)
+		for i := range recs {
+			recs[i] = record.Record{Key: []byte(fmt.Sprint(next + int64(i))), Value: value(next + int64(i)),
+				Timestamp: time.UnixMilli(1_700_000_000_000 + next + int64(i))}
+		}
+		off, err := l.Append(recs...)
+		require.NoError(t, err)
+		require.Equal(t, next, off)
+		n -= k
+	}
+	return l.EndOffset()
+}
+
+// readAll reads every committed record from offset and checks values.
+func readAll(t testing.TB, l *Log, from int64) []record.Record {
+	t.Helper()
+	var out []record.Record
+	off := from
+	for off < l.CommittedOffset() {
+		buf, err := l.Read(off, 1+rand.IntN(3000))
+		require.NoError(t, err)
+		require.NotEmpty(t, buf, "offset %d", off)
+		for len(buf) > 0 {
+			b, n, err := record.ParseBatch(buf)
+			require.NoError(t, err)
+			recs, err := b.Records()
+			require.NoError(t, err)
+			for _, r := range recs {
+				if r.Offset >= off {
+					out = append(out, r)
+					off = r.Offset + 1
+				}
+			}
+			buf = buf[n:]
+		}
+	}
+	return out
+}
+
+func checkRecords(t testing.TB, recs []record.Record, from, to int64) {
+	t.Helper()
+	require.Len(t, recs, int(to-from))
+	for i, r := range recs {
+		require.Equal(t, from+int64(i), r.Offset)
+		require.Equal(t, value(r.Offset), r.Value, "offset %d", r.Offset)
+		require.Equal(t, int64(1_700_000_000_000)+r.Offset, r.Timestamp.UnixMilli())
+	}
+}
+
+func TestAppendReadRollReopen(t *testing.T) {
+	for _, policy := range []FlushPolicy{Sync, None, Interval(5 * time.Millisecond)} {
+		t.Run(policy.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			opts := tiny()
+			opts.Flush = policy
+			l, err := Open(dir, opts)
+			require.NoError(t, err)
+			rng := rand.New(rand.NewPCG(1, 1))
+			end := appendN(t, l, 2000, 20, rng)
+			require.Greater(t, l.NumSegments(), 10)
+			checkRecords(t, readAll(t, l, 0), 0, end)
+			checkRecords(t, readAll(t, l, 777), 777, end)
+			require.NoError(t, l.Close())
+			require.ErrorIs(t, l.Close(), ErrClosed)
+			_, err = l.Append(record.Record{Value: []byte("late")})
+			require.ErrorIs(t, err, ErrClosed)
+
+			l, info, err := OpenWithInfo(dir, opts)
+			require.NoError(t, err)
+			require.True(t, info.Clean)
+			require.Zero(t, info.BytesChecked)
+			require.Equal(t, end, l.EndOffset())
+			checkRecords(t, readAll(t, l, 0), 0, end)
+			end = appendN(t, l, 500, 20, rng)
+			checkRecords(t, readAll(t, l, 1990), 1990, end)
+			require.NoError(t, l.Close())
+		})
+	}
+}
+
+func TestLockExcludesSecondOpen(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, tiny())
+	require.NoError(t, err)
+	_, err = Open(dir, tiny())
+	require.ErrorIs(t, err, ErrLocked)
+	require.NoError(t, l.Close())
+	l, err = Open(dir, tiny())
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+}
+
+func TestReadBounds(t *testing.T) {
+	l, err := Open(t.TempDir(), tiny())
+	require.NoError(t, err)
+	defer l.Close()
+	appendN(t, l, 100, 10, rand.New(rand.NewPCG(2, 2)))
+	_, err = l.Read(101, 100)
+	require.ErrorIs(t, err, ErrOffsetOutOfRange)
+	_, err = l.Read(-1, 100)
+	require.ErrorIs(t, err, ErrOffsetOutOfRange)
+	buf, err := l.Read(100, 100)
+	require.NoError(t, err)
+	require.Empty(t, buf)
+	// The first batch comes whole even when larger than maxBytes.
+	buf, err = l.Read(50, 1)
+	require.NoError(t, err)
+	b, n, err := record.ParseBatch(buf)
+	require.NoError(t, err)
+	require.Equal(t, len(buf), n)
+	require.LessOrEqual(t, b.BaseOffset(), int64(50))
+	require.GreaterOrEqual(t, b.LastOffset(), int64(50))
+}
+
+func TestReaderWaitsForData(t *testing.T) {
+	l, err := Open(t.TempDir(), tiny())
+	require.NoError(t, err)
+	defer l.Close()
+	r := l.NewReader(0)
+	got := make(chan int64, 100)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			b, err := r.Next(context.Background())
+			if err != nil {
+				errc <- err
+				return
+			}
+			for off := b.BaseOffset(); off <= b.LastOffset(); off++ {
+				got <- off
+			}
+		}
+	}()
+	select {
+	case off := <-got:
+		t.Fatalf("read offset %d from an empty log", off)
+	case <-time.After(50 * time.Millisecond):
+	}
+	for i := 0; i < 30; i++ {
+		_, err := l.Append(record.Record{Value: []byte{byte(i)}})
+		require.NoError(t, err)
+		require.Equal(t, int64(i), <-got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r2 := l.NewReader(30)
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	_, err = r2.Next(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+
+	require.NoError(t, l.Close())
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("reader did not wake on Close")
+	}
+}
+
+func TestOffsetForTime(t *testing.T) {
+	l, err := Open(t.TempDir(), tiny())
+	require.NoError(t, err)
+	defer l.Close()
+	// Timestamps that go up and down within batches and across segments.
+	rng := rand.New(rand.NewPCG(3, 3))
+	var ts []int64
+	for i := 0; i < 400; {
+		k := 1 + rng.IntN(8)
+		recs := make([]record.Record, k)
+		for j := range recs {
+			t0 := int64(1_000_000 + i*10 + rng.IntN(40) - 20)
+			ts = append(ts, t0)
+			recs[j] = record.Record{Timestamp: time.UnixMilli(t0), Value: []byte("v")}
+			i++
+		}
+		_, err := l.Append(recs...)
+		require.NoError(t, err)
+	}
+	for target := int64(999_950); target < 1_004_050; target += 7 {
+		want, wantOK := int64(0), false
+		for off, t0 := range ts {
+			if t0 >= target {
+				want, wantOK = int64(off), true
+				break
+			}
+		}
+		got, ok, err := l.OffsetForTime(time.UnixMilli(target))
+		require.NoError(t, err)
+		require.Equal(t, wantOK, ok, "ts %d", target)
+		require.Equal(t, want, got, "ts %d", target)
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, tiny())
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(4, 4))
+	appendN(t, l, 1000, 1, rng) // one record per batch: truncation is exact
+	segsBefore := l.NumSegments()
+	end, err := l.Truncate(600)
+	require.NoError(t, err)
+	require.Equal(t, int64(600), end)
+	require.Less(t, l.NumSegments(), segsBefore)
+	checkRecords(t, readAll(t, l, 0), 0, 600)
+	appendN(t, l, 100, 5, rng)
+	checkRecords(t, readAll(t, l, 0), 0, 700)
+
+	// Into a sealed segment, and all the way down.
+	end, err = l.Truncate(10)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), end)
+	checkRecords(t, readAll(t, l, 0), 0, 10)
+	end, err = l.Truncate(0)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), end)
+	require.Equal(t, 1, l.NumSegments())
+	appendN(t, l, 50, 5, rng)
+	require.NoError(t, l.Close())
+
+	// And it all survives a reopen.
+	l, err = Open(dir, tiny())
+	require.NoError(t, err)
+	checkRecords(t, readAll(t, l, 0), 0, 50)
+	require.NoError(t, l.Close())
+}
+
+func TestDeleteRecordsBefore(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, tiny())
+	require.NoError(t, err)
+	appendN(t, l, 1000, 10, rand.New(rand.NewPCG(5, 5)))
+	n := l.NumSegments()
+	require.NoError(t, l.DeleteRecordsBefore(500))
+	require.Equal(t, int64(500), l.StartOffset())
+	require.Less(t, l.NumSegments(), n)
+	_, err = l.Read(499, 100)
+	require.ErrorIs(t, err, ErrOffsetOutOfRange)
+	checkRecords(t, readAll(t, l, 500), 500, 1000)
+	require.ErrorIs(t, l.DeleteRecordsBefore(2000), ErrOffsetOutOfRange)
+	require.NoError(t, l.DeleteRecordsBefore(100)) // backwards: no-op
+	require.Equal(t, int64(500), l.StartOffset())
+	require.NoError(t, l.Close())
+
+	// The start offset is checkpointed, even after an unclean stop.
+	require.NoError(t, os.Remove(filepath.Join(dir, CheckpointFile)))
+	l, err = Open(dir, tiny())
+	require.NoError(t, err)
+	require.LessOrEqual(t, l.StartOffset(), int64(500))
+	require.NoError(t, l.DeleteRecordsBefore(500))
+	require.NoError(t, l.Close())
+	l, err = Open(dir, tiny())
+	require.NoError(t, err)
+	require.Equal(t, int64(500), l.StartOffset())
+	require.NoError(t, l.Close())
+}
+
+func TestRetention(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000 + 10_000)
+	opts := tiny()
+	opts.now = func() time.Time { return now }
+	opts.RetentionTime = 5 * time.Second
+	l, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer l.Close()
+	end := appendN(t, l, 1000, 10, rand.New(rand.NewPCG(6, 6)))
+	// Records are stamped 1_700_000_000_000 + offset: those older than
+	// now-5s are offsets below 5000 - all of them; only the active segment
+	// survives, as it is never deleted.
+	n, err := l.ApplyRetention()
+	require.NoError(t, err)
+	require.Greater(t, n, 0)
+	require.Equal(t, 1, l.NumSegments())
+	require.Greater(t, l.StartOffset(), int64(0))
+	checkRecords(t, readAll(t, l, l.StartOffset()), l.StartOffset(), end)
+
+	// By size.
+	l2, err := Open(t.TempDir(), Options{SegmentBytes: 4096, RetentionBytes: 20_000, RetentionTime: Unlimited})
+	require.NoError(t, err)
+	defer l2.Close()
+	appendN(t, l2, 3000, 10, rand.New(rand.NewPCG(7, 7)))
+	before := l2.Size()
+	_, err = l2.ApplyRetention()
+	require.NoError(t, err)
+	require.Less(t, l2.Size(), before)
+	require.GreaterOrEqual(t, l2.Size(), int64(20_000)-4096)
+	require.LessOrEqual(t, l2.Size(), int64(20_000)+4096)
+}
+
+func TestAppendBatchRejectsMalformed(t *testing.T) {
+	dir := t.TempDir()
+	opts := tiny()
+	opts.MaxMessageBytes = 2000
+	l, err := Open(dir, opts)
+	require.NoError(t, err)
+	defer l.Close()
+	good := func() []byte {
+		b, err := record.NewBatch([]record.Record{{Value: []byte("a")}, {Value: []byte("b")}}, record.BatchOptions{})
+		require.NoError(t, err)
+		return append([]byte(nil), b.Bytes()...)
+	}
+	restamp := func(raw []byte) {
+		b, _, _ := record.ParseBatch(raw)
+		c := b.ComputeCRC()
+		raw[17], raw[18], raw[19], raw[20] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
+	}
+	cases := map[string]func([]byte) []byte{
+		"bad crc":   func(r []byte) []byte { r[len(r)-1] ^= 1; return r },
+		"bad magic": func(r []byte) []byte { r[16] = 1; return r },
+		"count mismatch": func(r []byte) []byte {
+			r[60] = 3
+			restamp(r)
+			return r
+		},
+		"delta mismatch": func(r []byte) []byte {
+			r[26] = 5
+			restamp(r)
+			return r
+		},
+		"too large": func(r []byte) []byte {
+			b, err := record.NewBatch([]record.Record{{Value: make([]byte, 3000)}}, record.BatchOptions{})
+			require.NoError(t, err)
+			return b.Bytes()
+		},
+	}
+	for name, edit := range cases {
+		t.Run(name, func(t *testing.T) {
+			raw := edit(good())
+			b, _, err := record.ParseBatch(raw)
+			if err == nil {
+				_, err = l.AppendBatch(b)
+			}
+			require.Error(t, err)
+			require.True(t, errors.Is(err, ErrCorrupt) || errors.Is(err, record.ErrRecordTooLarge), "%v", err)
+			require.Equal(t, int64(0), l.EndOffset(), "nothing written")
+		})
+	}
+	_, err = l.AppendBatch(record.Batch{})
+	require.ErrorIs(t, err, ErrCorrupt)
+	_, err = l.Append()
+	require.Error(t, err)
+
+	off, err := l.AppendBatch(mustParse(t, good()))
+	require.NoError(t, err)
+	require.Equal(t, int64(0), off)
+	require.Equal(t, int64(2), l.EndOffset())
+}
+
+func mustParse(t testing.TB, raw []byte) record.Batch {
+	b, _, err := record.ParseBatch(raw)
+	require.NoError(t, err)
+	return b
+}
+
+func TestOffsetOverflow(t *testing.T) {
+	l, err := Open(t.TempDir(), tiny())
+	require.NoError(t, err)
+	defer l.Close()
+	// Jump the end offset near the top, as a follower truncated to a huge
+	// offset would: an empty log truncated "up" keeps its end, so build it.
+	l.mu.Lock()
+	l.next.Store(1<<63 - 3)
+	l.mu.Unlock()
+	_, err = l.Append(record.Record{}, record.Record{}, record.Record{}, record.Record{})
+	require.ErrorIs(t, err, ErrOffsetOverflow)
+}
+
+func TestConcurrentAppendersAndReaders(t *testing.T) {
+	for _, policy := range []FlushPolicy{Sync, None} {
+		t.Run(policy.String(), func(t *testing.T) {
+			opts := tiny()
+			opts.Flush = policy
+			l, err := Open(t.TempDir(), opts)
+			require.NoError(t, err)
+			const writers, perWriter = 4, 300
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var readers sync.WaitGroup
+			for r := 0; r < 3; r++ {
+				readers.Add(1)
+				go func() {
+					defer readers.Done()
+					rd := l.NewReader(0)
+					var next int64
+					for next < writers*perWriter {
+						b, err := rd.Next(ctx)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if b.BaseOffset() != next {
+							t.Errorf("batch at %d, expected %d", b.BaseOffset(), next)
+							return
+						}
+						if err := b.Verify(); err != nil {
+							t.Error(err)
+							return
+						}
+						if b.NextOffset() > l.CommittedOffset() {
+							t.Errorf("read %d beyond committed %d", b.NextOffset(), l.CommittedOffset())
+						}
+						next = b.NextOffset()
+					}
+				}()
+			}
+			var wg sync.WaitGroup
+			for w := 0; w < writers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < perWriter; i++ {
+						if _, err := l.Append(record.Record{Value: []byte(fmt.Sprintf("w%d-%d", w, i))}); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			readers.Wait()
+			require.Equal(t, int64(writers*perWriter), l.EndOffset())
+			require.NoError(t, l.Close())
+		})
+	}
+}
+
+func TestCorruptionIsReportedNotReturned(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, tiny())
+	require.NoError(t, err)
+	appendN(t, l, 500, 5, rand.New(rand.NewPCG(8, 8)))
+	require.NoError(t, l.Close())
+
+	// Flip a bit inside a record of the first (sealed) segment.
+	p := filepath.Join(dir, segment.FileName(0, segment.LogSuffix))
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	data[300] ^= 0x04
+	require.NoError(t, os.WriteFile(p, data, 0o644))
+
+	l, err = Open(dir, tiny())
+	require.NoError(t, err) // sealed before the recovery point: not scanned
+	defer l.Close()
+	var ce *segment.CorruptError
+	found := false
+	for off := int64(0); off < 30; off++ {
+		buf, err := l.Read(off, 200)
+		if err != nil {
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, p, ce.Path)
+			require.LessOrEqual(t, ce.Position, int64(300))
+			require.Contains(t, err.Error(), p)
+			require.Empty(t, buf)
+			found = true
+		}
+	}
+	require.True(t, found, "the damaged batch was never reported")
+}

@@ -1,0 +1,237 @@
+package log
+
+import (
+	"fmt"
+
+	"github.com/spoolmq/spool/segment"
+)
+
+// DeleteRecordsBefore advances the log start offset to offset (Kafka's
+// DeleteRecords): records below it are no longer readable, and segments that
+// hold nothing at or above it are deleted. The new start offset is on stable
+// storage before it returns. offset may not pass the committed offset.
+func (l *Log) DeleteRecordsBefore(offset int64) error {
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.writable(); err != nil {
+		return err
+	}
+	if offset > l.committed.Load() {
+		return fmt.Errorf("%w: cannot delete before %d, committed offset is %d", ErrOffsetOutOfRange, offset, l.committed.Load())
+	}
+	if offset <= l.start.Load() {
+		return nil
+	}
+	if err := l.writeStateLocked(offset); err != nil {
+		return err
+	}
+	l.start.Store(offset)
+	segs := l.segments()
+	n := 0
+	for n < len(segs)-1 && segs[n+1].Base() <= offset {
+		n++
+	}
+	return l.deleteFirst(n)
+}
+
+// ApplyRetention deletes sealed segments by age (RetentionTime: the newest
+// record is older) and by size (RetentionBytes: the log is larger), oldest
+// first, never the active segment, and advances the log start offset past
+// them. It runs in the background every RetentionCheckInterval; it returns
+// the number of segments deleted.
+func (l *Log) ApplyRetention() (int, error) {
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.writable(); err != nil {
+		return 0, err
+	}
+	segs := l.segments()
+	var total int64
+	for _, s := range segs {
+		total += s.Size()
+	}
+	now := l.opts.now().UnixMilli()
+	n := 0
+	for n < len(segs)-1 {
+		s := segs[n]
+		bySize := total-s.Size() >= l.opts.RetentionBytes
+		byTime := false
+		if l.opts.RetentionTime < 1<<62 {
+			maxTS, err := s.MaxTimestamp()
+			if err != nil {
+				return 0, err
+			}
+			byTime = maxTS >= 0 && now-maxTS > l.opts.RetentionTime.Milliseconds()
+		}
+		// Deleting it would leave the log start past the committed offset.
+		if !(bySize || byTime) || segs[n+1].Base() > l.committed.Load() {
+			break
+		}
+		total -= s.Size()
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	newStart := max(l.start.Load(), segs[n].Base())
+	if err := l.writeStateLocked(newStart); err != nil {
+		return 0, err
+	}
+	l.start.Store(newStart)
+	return n, l.deleteFirst(n)
+}
+
+// deleteFirst deletes the first n segments. Called with mu and cpMu held,
+// after the start offset that excludes them is durable.
+func (l *Log) deleteFirst(n int) error {
+	if n == 0 {
+		return nil
+	}
+	segs := l.segments()
+	gone := segs[:n]
+	l.publish(append([]*segment.Segment(nil), segs[n:]...))
+	for _, s := range gone {
+		if err := s.Delete(); err != nil {
+			return l.fail(err)
+		}
+	}
+	l.unsynced = dropDeleted(l.unsynced, gone)
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		return l.fail(err)
+	}
+	return nil
+}
+
+func dropDeleted(list, gone []*segment.Segment) []*segment.Segment {
+	out := list[:0]
+	for _, s := range list {
+		keep := true
+		for _, g := range gone {
+			if s == g {
+				keep = false
+			}
+		}
+		if keep {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Truncate removes every record at or after offset - the batch holding
+// offset goes whole - and returns the new end offset (<= offset). Replicas
+// whose log diverged from the leader's need it. The truncation is on stable
+// storage before it returns. Truncating below the start offset is an error.
+func (l *Log) Truncate(offset int64) (int64, error) {
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.writable(); err != nil {
+		return 0, err
+	}
+	if offset >= l.next.Load() {
+		return l.next.Load(), nil
+	}
+	if offset < l.start.Load() {
+		return 0, fmt.Errorf("%w: truncate to %d below the start offset %d", ErrOffsetOutOfRange, offset, l.start.Load())
+	}
+	segs := l.segments()
+	// Keep the segments that begin at or below offset; the last of them
+	// becomes the active segment, cut at offset.
+	keep := 0
+	for keep < len(segs) && segs[keep].Base() <= offset {
+		keep++
+	}
+	var err error
+	if keep == 0 {
+		err = l.truncateAll(offset)
+	} else {
+		err = l.truncateInto(segs, keep, offset)
+	}
+	if err != nil {
+		return 0, l.fail(err)
+	}
+	end := l.next.Load()
+	l.truncs.Add(1)
+	l.committed.Store(min(l.committed.Load(), end))
+	l.syncMu.Lock()
+	l.durable = min(l.durable, end)
+	l.syncCond.Broadcast()
+	l.syncMu.Unlock()
+	if l.rp.Offset > end {
+		l.rp = recoveryPoint{Offset: end, SegmentBase: l.active.Base(), Position: l.active.Size()}
+	}
+	if err := l.writeStateLocked(l.start.Load()); err != nil {
+		return 0, err
+	}
+	l.notify.broadcast()
+	return end, nil
+}
+
+// truncateAll replaces every segment with an empty one at offset.
+func (l *Log) truncateAll(offset int64) error {
+	segs := l.segments()
+	for _, old := range segs {
+		if err := old.Delete(); err != nil {
+			return err
+		}
+	}
+	s, err := segment.Create(l.dir, offset, l.opts.segmentOptions())
+	if err != nil {
+		return err
+	}
+	l.publish([]*segment.Segment{s})
+	l.active = s
+	l.next.Store(offset)
+	l.unsynced = nil
+	return l.fs.SyncDir(l.dir)
+}
+
+// truncateInto keeps segs[:keep], cutting the last kept one at offset.
+func (l *Log) truncateInto(segs []*segment.Segment, keep int, offset int64) error {
+	target := segs[keep-1]
+	if target.Sealed() {
+		// Reopen it writable: it is the active segment again.
+		s, err := segment.Open(l.dir, target.Base(), l.opts.segmentOptions(), true)
+		if err != nil {
+			return err
+		}
+		if err := s.Resume(); err != nil {
+			s.Close(false)
+			return err
+		}
+		target.Close(false)
+		target = s
+	}
+	next, err := target.Truncate(offset)
+	if err != nil {
+		return err
+	}
+	newSegs := append(append([]*segment.Segment(nil), segs[:keep-1]...), target)
+	l.publish(newSegs)
+	l.active = target
+	l.next.Store(next)
+	l.unsynced = dropDeleted(l.unsynced, append(segs[keep-1:keep:keep], segs[keep:]...))
+	for _, s := range segs[keep:] {
+		if err := s.Delete(); err != nil {
+			return err
+		}
+	}
+	if err := target.Sync(); err != nil {
+		return err
+	}
+	return l.fs.SyncDir(l.dir)
+}
+
+// writable reports why the log cannot be changed, or nil.
+func (l *Log) writable() error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	return l.failed()
+}
