@@ -46,13 +46,18 @@ func appendN(t testing.TB, l *Log, n int, maxBatch int, rng *rand.Rand) int64 {
 	return l.EndOffset()
 }
 
-// readAll reads every committed record from offset and checks values.
+// readAll reads every committed record from offset, in reads of random
+// sizes.
 func readAll(t testing.TB, l *Log, from int64) []record.Record {
+	return readAllBy(t, l, from, func() int { return 1 + rand.IntN(3000) })
+}
+
+func readAllBy(t testing.TB, l *Log, from int64, maxBytes func() int) []record.Record {
 	t.Helper()
 	var out []record.Record
 	off := from
 	for off < l.CommittedOffset() {
-		buf, err := l.Read(off, 1+rand.IntN(3000))
+		buf, err := l.Read(off, maxBytes())
 		require.NoError(t, err)
 		require.NotEmpty(t, buf, "offset %d", off)
 		for len(buf) > 0 {
@@ -490,4 +495,127 @@ func TestCorruptionIsReportedNotReturned(t *testing.T) {
 		}
 	}
 	require.True(t, found, "the damaged batch was never reported")
+}
+
+func TestReadUpTo(t *testing.T) {
+	l, err := Open(t.TempDir(), tiny())
+	require.NoError(t, err)
+	defer l.Close()
+	for i := 0; i < 10; i++ {
+		_, err := l.Append(record.Record{Value: []byte("a")}, record.Record{Value: []byte("b")})
+		require.NoError(t, err)
+	}
+	// Up to 7: batches [0,1] [2,3] [4,5]; [6,7] ends at 7 >= limit.
+	buf, err := l.ReadUpTo(nil, 0, 1<<20, 7)
+	require.NoError(t, err)
+	var last int64 = -1
+	for len(buf) > 0 {
+		b, n, err := record.ParseBatch(buf)
+		require.NoError(t, err)
+		last = b.LastOffset()
+		buf = buf[n:]
+	}
+	require.Equal(t, int64(5), last)
+	_, err = l.ReadUpTo(nil, 8, 1<<20, 7)
+	require.ErrorIs(t, err, ErrOffsetOutOfRange)
+}
+
+func TestReaderAfterTruncate(t *testing.T) {
+	l, err := Open(t.TempDir(), tiny())
+	require.NoError(t, err)
+	defer l.Close()
+	appendN(t, l, 100, 1, rand.New(rand.NewPCG(20, 20)))
+	r := l.NewReader(90)
+	b, err := r.Next(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, int64(90), b.BaseOffset())
+	require.Equal(t, int64(91), r.Offset())
+	_, err = l.Truncate(50)
+	require.NoError(t, err)
+	_, err = r.Next(context.Background())
+	require.ErrorIs(t, err, ErrOffsetOutOfRange)
+
+	r = l.NewReader(40)
+	b, err = r.Next(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, int64(40), b.BaseOffset())
+}
+
+func TestParseFlushPolicy(t *testing.T) {
+	for _, s := range []string{"sync", "none", "interval:250ms"} {
+		p, err := ParseFlushPolicy(s)
+		require.NoError(t, err)
+		require.Equal(t, s, p.String())
+	}
+	for _, s := range []string{"sometimes", "interval:", "interval:-1s", "interval:x"} {
+		_, err := ParseFlushPolicy(s)
+		require.Error(t, err, s)
+	}
+}
+
+func TestOptionsValidated(t *testing.T) {
+	for name, o := range map[string]Options{
+		"segment too small": {SegmentBytes: 10},
+		"segment too large": {SegmentBytes: 1 << 32},
+		"index too small":   {IndexMaxBytes: 8},
+		"bad interval":      {Flush: Interval(0)},
+		"message too small": {MaxMessageBytes: 10},
+		"bad codec":         {Compression: 9},
+	} {
+		_, err := Open(t.TempDir(), o)
+		require.Error(t, err, name)
+	}
+}
+
+// Readers keep reading while retention deletes segments under them and
+// while appends roll new ones.
+func TestReadersDuringRetention(t *testing.T) {
+	opts := tiny()
+	opts.RetentionBytes = 16 << 10
+	opts.RetentionTime = Unlimited
+	opts.Flush = None
+	l, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer l.Close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for r := 0; r < 3; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := l.StartOffset()
+				buf, err := l.Read(start, 4096)
+				if err != nil {
+					if errors.Is(err, ErrOffsetOutOfRange) {
+						continue // retention moved the start past us
+					}
+					t.Error(err)
+					return
+				}
+				for len(buf) > 0 {
+					b, n, err := record.ParseBatch(buf)
+					if err != nil || b.Verify() != nil {
+						t.Errorf("bad batch: %v", err)
+						return
+					}
+					buf = buf[n:]
+				}
+			}
+		}()
+	}
+	rng := rand.New(rand.NewPCG(21, 21))
+	for i := 0; i < 50; i++ {
+		appendN(t, l, 100, 5, rng)
+		_, err := l.ApplyRetention()
+		require.NoError(t, err)
+	}
+	close(stop)
+	wg.Wait()
+	require.LessOrEqual(t, l.Size(), int64(16<<10)+8192)
 }

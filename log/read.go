@@ -178,6 +178,14 @@ func (r *Reader) Offset() int64 { return r.next }
 // ErrOffsetOutOfRange.
 func (r *Reader) Next(ctx context.Context) (record.Batch, error) {
 	for {
+		if t := r.l.truncs.Load(); t != r.truncs {
+			// Buffered batches may have been truncated away.
+			r.truncs = t
+			r.pending = nil
+			if r.next > r.l.next.Load() {
+				return record.Batch{}, fmt.Errorf("%w: offset %d was truncated", ErrOffsetOutOfRange, r.next)
+			}
+		}
 		if len(r.pending) > 0 {
 			b, n, err := record.ParseBatch(r.pending)
 			if err != nil {
@@ -189,12 +197,6 @@ func (r *Reader) Next(ctx context.Context) (record.Batch, error) {
 			}
 			r.next = b.NextOffset()
 			return b, nil
-		}
-		if t := r.l.truncs.Load(); t != r.truncs {
-			r.truncs = t
-			if r.next > r.l.next.Load() {
-				return record.Batch{}, fmt.Errorf("%w: offset %d was truncated", ErrOffsetOutOfRange, r.next)
-			}
 		}
 		changed := r.l.notify.wait()
 		out, err := r.l.ReadInto(r.buf[:0], r.next, r.maxBytes)

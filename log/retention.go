@@ -147,13 +147,8 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 	for keep < len(segs) && segs[keep].Base() <= offset {
 		keep++
 	}
-	var err error
-	if keep == 0 {
-		err = l.truncateAll(offset)
-	} else {
-		err = l.truncateInto(segs, keep, offset)
-	}
-	if err != nil {
+	// offset >= start >= the first segment's base, so keep >= 1.
+	if err := l.truncateInto(segs, keep, offset); err != nil {
 		return 0, l.fail(err)
 	}
 	end := l.next.Load()
@@ -171,25 +166,6 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 	}
 	l.notify.broadcast()
 	return end, nil
-}
-
-// truncateAll replaces every segment with an empty one at offset.
-func (l *Log) truncateAll(offset int64) error {
-	segs := l.segments()
-	for _, old := range segs {
-		if err := old.Delete(); err != nil {
-			return err
-		}
-	}
-	s, err := segment.Create(l.dir, offset, l.opts.segmentOptions())
-	if err != nil {
-		return err
-	}
-	l.publish([]*segment.Segment{s})
-	l.active = s
-	l.next.Store(offset)
-	l.unsynced = nil
-	return l.fs.SyncDir(l.dir)
 }
 
 // truncateInto keeps segs[:keep], cutting the last kept one at offset.
