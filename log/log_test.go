@@ -356,6 +356,19 @@ func TestAppendBatchRejectsMalformed(t *testing.T) {
 			restamp(r)
 			return r
 		},
+		"record length": func(r []byte) []byte {
+			r[61] = 0x7e // first record's length varint: 63, far past the batch
+			restamp(r)
+			return r
+		},
+		"record offset delta": func(r []byte) []byte {
+			// The second record claims delta 0 again (count and last
+			// delta agree, so only the record walk sees it).
+			i := 61 + 1 + int(r[61]>>1) // start of record 2
+			r[i+3] = 0              // its offset delta varint (length, attrs, ts delta first)
+			restamp(r)
+			return r
+		},
 		"too large": func(r []byte) []byte {
 			b, err := record.NewBatch([]record.Record{{Value: make([]byte, 3000)}}, record.BatchOptions{})
 			require.NoError(t, err)
