@@ -365,7 +365,7 @@ func TestAppendBatchRejectsMalformed(t *testing.T) {
 			// The second record claims delta 0 again (count and last
 			// delta agree, so only the record walk sees it).
 			i := 61 + 1 + int(r[61]>>1) // start of record 2
-			r[i+3] = 0              // its offset delta varint (length, attrs, ts delta first)
+			r[i+3] = 0                  // its offset delta varint (length, attrs, ts delta first)
 			restamp(r)
 			return r
 		},
