@@ -440,6 +440,9 @@ func (l *Log) Close() error {
 	<-l.bgDone
 	l.notify.broadcast()
 
+	// Lock order everywhere: cpMu, then mu.
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var err error
@@ -451,10 +454,8 @@ func (l *Log) Close() error {
 			err = l.flushAll(segs)
 		}
 		if err == nil {
-			l.cpMu.Lock()
 			rp := recoveryPoint{Offset: l.next.Load(), SegmentBase: l.active.Base(), Position: l.active.Size()}
 			err = writeCheckpoint(l.fs, l.dir, checkpoint{Recovery: rp, Start: l.start.Load(), Clean: true})
-			l.cpMu.Unlock()
 		}
 		clean = err == nil
 	}

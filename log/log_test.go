@@ -632,3 +632,18 @@ func TestReadersDuringRetention(t *testing.T) {
 	wg.Wait()
 	require.LessOrEqual(t, l.Size(), int64(16<<10)+8192)
 }
+
+// Sync, retention and Close may race; none may deadlock or fail.
+func TestCloseRacesBackgroundWork(t *testing.T) {
+	for i := 0; i < 20; i++ {
+		l, err := Open(t.TempDir(), tiny())
+		require.NoError(t, err)
+		appendN(t, l, 200, 5, rand.New(rand.NewPCG(30, uint64(i))))
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = l.Sync() }()
+		go func() { defer wg.Done(); _, _ = l.ApplyRetention() }()
+		require.NoError(t, l.Close())
+		wg.Wait()
+	}
+}
