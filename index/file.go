@@ -39,6 +39,7 @@ type file struct {
 	max       int // entries the mapping can hold
 	n         atomic.Int64
 	writable  atomic.Bool // false once trimmed; read by sync from other goroutines
+	untrimmed bool        // the file was at its full preallocated size when opened
 }
 
 // open maps the file at path. A writable file is allocated and mapped at
@@ -74,7 +75,11 @@ func (ix *file) mapFile(maxBytes int, valid func([]byte, int) int) error {
 	}
 	size := st.Size()
 	maxBytes -= maxBytes % ix.entrySize
-	trimmed := size < int64(maxBytes) || !ix.writable.Load()
+	// A file at its full preallocated size was not trimmed (a crash, or a
+	// segment still being written): it is read up to its last in-order
+	// entry. A smaller file was trimmed and must be whole, ordered entries.
+	trimmed := size < int64(maxBytes)
+	ix.untrimmed = !trimmed
 	if trimmed && size%int64(ix.entrySize) != 0 {
 		return fmt.Errorf("%w: %s: size %d is not a multiple of %d", ErrCorrupt, ix.path, size, ix.entrySize)
 	}
@@ -134,6 +139,11 @@ func (ix *file) guard(fn func()) (err error) {
 }
 
 func (ix *file) entries() int { return int(ix.n.Load()) }
+
+// Preallocated reports whether the file was at its full preallocated size
+// when opened - not trimmed: its segment was still being written, or was not
+// closed cleanly.
+func (ix *file) Preallocated() bool { return ix.untrimmed }
 
 func (ix *file) entry(i int) []byte {
 	return ix.mm[i*ix.entrySize : (i+1)*ix.entrySize]

@@ -33,73 +33,89 @@ const CheckpointFile = "checkpoint"
 
 const checkpointMagic = "spool-log-checkpoint 1"
 
-// recoveryPoint locates the first byte that may not be durable.
-type recoveryPoint struct {
+// RecoveryPoint locates the first byte that may not be durable.
+type RecoveryPoint struct {
 	Offset      int64 // offsets below are durable
 	SegmentBase int64 // the segment that holds Offset (or would)
 	Position    int64 // byte position of Offset's batch in that segment
 }
 
-type checkpoint struct {
-	Recovery recoveryPoint
-	Start    int64 // log start offset
-	Clean    bool
+// Checkpoint is what a log's checkpoint file records.
+type Checkpoint struct {
+	RecoveryPoint RecoveryPoint
+	StartOffset   int64 // the log start offset
+	CleanShutdown bool  // the log was closed cleanly and has not been opened since
 }
 
-var errBadCheckpoint = errors.New("log: checkpoint file is damaged")
+// ErrBadCheckpoint means the checkpoint file is damaged (its CRC or layout
+// is wrong). Open then checks every segment rather than trust it.
+var ErrBadCheckpoint = errors.New("log: checkpoint file is damaged")
 
-func (c checkpoint) encode() []byte {
+func (c Checkpoint) encode() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%s\nrecovery-point %d %d %d\nlog-start-offset %d\nclean-shutdown %t\n",
-		checkpointMagic, c.Recovery.Offset, c.Recovery.SegmentBase, c.Recovery.Position, c.Start, c.Clean)
+		checkpointMagic, c.RecoveryPoint.Offset, c.RecoveryPoint.SegmentBase, c.RecoveryPoint.Position, c.StartOffset, c.CleanShutdown)
 	fmt.Fprintf(&b, "crc32c %08x\n", crc32.Checksum(b.Bytes(), castagnoli))
 	return b.Bytes()
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func decodeCheckpoint(data []byte) (checkpoint, error) {
-	var c checkpoint
+// ParseCheckpoint decodes the contents of a checkpoint file, checking its
+// CRC and layout; any deviation is ErrBadCheckpoint.
+func ParseCheckpoint(data []byte) (Checkpoint, error) {
+	var c Checkpoint
 	i := bytes.LastIndex(data, []byte("crc32c "))
 	if i < 0 {
-		return c, fmt.Errorf("%w: no crc", errBadCheckpoint)
+		return c, fmt.Errorf("%w: no crc", ErrBadCheckpoint)
 	}
 	want, err := strconv.ParseUint(strings.TrimSpace(string(data[i+7:])), 16, 32)
 	if err != nil || uint32(want) != crc32.Checksum(data[:i], castagnoli) {
-		return c, fmt.Errorf("%w: crc mismatch", errBadCheckpoint)
+		return c, fmt.Errorf("%w: crc32c mismatch", ErrBadCheckpoint)
 	}
 	lines := strings.Split(strings.TrimSpace(string(data[:i])), "\n")
 	if len(lines) != 4 || lines[0] != checkpointMagic {
-		return c, fmt.Errorf("%w: unexpected layout", errBadCheckpoint)
+		return c, fmt.Errorf("%w: unexpected layout", ErrBadCheckpoint)
 	}
 	var clean string
-	if _, err := fmt.Sscanf(lines[1], "recovery-point %d %d %d", &c.Recovery.Offset, &c.Recovery.SegmentBase, &c.Recovery.Position); err != nil {
-		return c, fmt.Errorf("%w: %v", errBadCheckpoint, err)
+	if _, err := fmt.Sscanf(lines[1], "recovery-point %d %d %d", &c.RecoveryPoint.Offset, &c.RecoveryPoint.SegmentBase, &c.RecoveryPoint.Position); err != nil {
+		return c, fmt.Errorf("%w: %v", ErrBadCheckpoint, err)
 	}
-	if _, err := fmt.Sscanf(lines[2], "log-start-offset %d", &c.Start); err != nil {
-		return c, fmt.Errorf("%w: %v", errBadCheckpoint, err)
+	if _, err := fmt.Sscanf(lines[2], "log-start-offset %d", &c.StartOffset); err != nil {
+		return c, fmt.Errorf("%w: %v", ErrBadCheckpoint, err)
 	}
 	if _, err := fmt.Sscanf(lines[3], "clean-shutdown %s", &clean); err != nil || (clean != "true" && clean != "false") {
-		return c, fmt.Errorf("%w: clean-shutdown %q", errBadCheckpoint, clean)
+		return c, fmt.Errorf("%w: clean-shutdown %q", ErrBadCheckpoint, clean)
 	}
-	c.Clean = clean == "true"
-	if c.Recovery.Offset < 0 || c.Recovery.SegmentBase < 0 || c.Recovery.Position < 0 || c.Start < 0 {
-		return c, fmt.Errorf("%w: negative field", errBadCheckpoint)
+	c.CleanShutdown = clean == "true"
+	if c.RecoveryPoint.Offset < 0 || c.RecoveryPoint.SegmentBase < 0 || c.RecoveryPoint.Position < 0 || c.StartOffset < 0 {
+		return c, fmt.Errorf("%w: negative field", ErrBadCheckpoint)
 	}
 	return c, nil
 }
 
-// readCheckpoint reads the checkpoint; a missing file is reported with
-// os.ErrNotExist, a damaged one with errBadCheckpoint.
-func readCheckpoint(fsys vfs.FS, dir string) (checkpoint, error) {
-	data, err := vfs.ReadFile(fsys, filepath.Join(dir, CheckpointFile))
-	if err != nil {
-		return checkpoint{}, err
-	}
-	return decodeCheckpoint(data)
+// ReadCheckpoint reads the checkpoint file of the log in dir, without
+// opening the log (tools use it). A missing file is reported with
+// os.ErrNotExist, a damaged one with ErrBadCheckpoint.
+func ReadCheckpoint(dir string) (Checkpoint, error) {
+	return readCheckpoint(vfs.Default, dir)
 }
 
-func writeCheckpoint(fsys vfs.FS, dir string, c checkpoint) error {
+func readCheckpoint(fsys vfs.FS, dir string) (Checkpoint, error) {
+	data, err := vfs.ReadFile(fsys, filepath.Join(dir, CheckpointFile))
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	return ParseCheckpoint(data)
+}
+
+// String describes the checkpoint on one line.
+func (c Checkpoint) String() string {
+	return fmt.Sprintf("recovery point offset %d (segment %d, position %d), log start offset %d, clean shutdown %t",
+		c.RecoveryPoint.Offset, c.RecoveryPoint.SegmentBase, c.RecoveryPoint.Position, c.StartOffset, c.CleanShutdown)
+}
+
+func writeCheckpoint(fsys vfs.FS, dir string, c Checkpoint) error {
 	if err := vfs.WriteFileAtomic(fsys, filepath.Join(dir, CheckpointFile), c.encode()); err != nil {
 		return fmt.Errorf("log: write checkpoint: %w", err)
 	}

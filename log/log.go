@@ -75,7 +75,7 @@ type Log struct {
 
 	// cpMu serialises checkpoints; rp is the last recovery point written.
 	cpMu sync.Mutex
-	rp   recoveryPoint
+	rp   RecoveryPoint
 
 	notify   notifier
 	batchBuf sync.Pool // *[]byte, for Append's encoding
@@ -158,18 +158,18 @@ func (l *Log) load() (RecoveryInfo, error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, os.ErrNotExist):
-		cp = checkpoint{} // nothing known: check everything
-	case errors.Is(err, errBadCheckpoint):
+		cp = Checkpoint{} // nothing known: check everything
+	case errors.Is(err, ErrBadCheckpoint):
 		l.logger.Warn("damaged checkpoint; checking every segment", "err", err)
-		cp = checkpoint{}
+		cp = Checkpoint{}
 	default:
 		return info, err
 	}
-	info.Clean = cp.Clean && len(bases) > 0
+	info.Clean = cp.CleanShutdown && len(bases) > 0
 
 	segOpts := l.opts.segmentOptions()
 	if len(bases) == 0 {
-		base := max(cp.Start, cp.Recovery.Offset)
+		base := max(cp.StartOffset, cp.RecoveryPoint.Offset)
 		s, err := segment.Create(l.dir, base, segOpts)
 		if err != nil {
 			return info, err
@@ -181,16 +181,27 @@ func (l *Log) load() (RecoveryInfo, error) {
 		l.publish([]*segment.Segment{s})
 		l.active = s
 		l.next.Store(base)
-		l.rp = recoveryPoint{Offset: base, SegmentBase: base}
+		l.rp = RecoveryPoint{Offset: base, SegmentBase: base}
 	} else {
 		if err := l.openSegments(bases, cp, &info); err != nil {
 			return info, err
 		}
 	}
 
+	// Offsets below the recovery point were on stable storage; if they are
+	// gone, the disk lost acknowledged data, and reusing their offsets
+	// would hand consumers different records under offsets they have seen.
+	if end := l.next.Load(); cp.RecoveryPoint.Offset > end {
+		err := fmt.Errorf("%w: the log ends at offset %d but offsets up to %d were flushed (checkpoint %s)",
+			ErrCorrupt, end, cp.RecoveryPoint.Offset, filepath.Join(l.dir, CheckpointFile))
+		if l.opts.Flush.kind == flushSync {
+			return info, err
+		}
+		l.logger.Warn("flushed data is missing; continuing from the end of what is left", "err", err)
+	}
 	segs := l.segments()
 	first := segs[0].Base()
-	start := max(cp.Start, first)
+	start := max(cp.StartOffset, first)
 	end := l.next.Load()
 	if start > end {
 		start = end
@@ -205,8 +216,8 @@ func (l *Log) load() (RecoveryInfo, error) {
 	if err := l.flushAll(segs); err != nil {
 		return info, err
 	}
-	l.rp = recoveryPoint{Offset: end, SegmentBase: l.active.Base(), Position: l.active.Size()}
-	if err := writeCheckpoint(l.fs, l.dir, checkpoint{Recovery: l.rp, Start: start}); err != nil {
+	l.rp = RecoveryPoint{Offset: end, SegmentBase: l.active.Base(), Position: l.active.Size()}
+	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: l.rp, StartOffset: start}); err != nil {
 		return info, err
 	}
 	return info, nil
@@ -250,13 +261,13 @@ func (l *Log) scanDir() ([]int64, error) {
 // openSegments opens the segments. After a clean close only the last is
 // touched; otherwise every segment from the one holding the recovery point is
 // checked batch by batch.
-func (l *Log) openSegments(bases []int64, cp checkpoint, info *RecoveryInfo) error {
+func (l *Log) openSegments(bases []int64, cp Checkpoint, info *RecoveryInfo) error {
 	segOpts := l.opts.segmentOptions()
 	rpSeg := int64(-1) // segments with base >= this are recovered
-	if !cp.Clean {
+	if !cp.CleanShutdown {
 		rpSeg = bases[0]
 		for _, b := range bases {
-			if b <= cp.Recovery.SegmentBase {
+			if b <= cp.RecoveryPoint.SegmentBase {
 				rpSeg = b
 			}
 		}
@@ -280,8 +291,8 @@ func (l *Log) openSegments(bases []int64, cp checkpoint, info *RecoveryInfo) err
 			continue
 		}
 		from := int64(0)
-		if base == cp.Recovery.SegmentBase {
-			from = cp.Recovery.Position
+		if base == cp.RecoveryPoint.SegmentBase {
+			from = cp.RecoveryPoint.Position
 		}
 		res, err := s.Recover(from)
 		if err != nil {
@@ -345,9 +356,16 @@ func (l *Log) openSegments(bases []int64, cp checkpoint, info *RecoveryInfo) err
 	}
 	active := segs[last]
 	if rpSeg < 0 {
-		if err := active.Resume(); err != nil {
-			// The clean marker lied about this segment: check it.
+		var err error
+		if active.Base() == cp.RecoveryPoint.SegmentBase && active.Size() != cp.RecoveryPoint.Position {
+			err = fmt.Errorf("%s is %d bytes, %d at the clean close", active.Path(), active.Size(), cp.RecoveryPoint.Position)
+		} else {
+			err = active.Resume()
+		}
+		if err != nil {
+			// The clean marker is wrong about this segment: check it.
 			l.logger.Warn("active segment disagrees with its clean close; checking it", "err", err)
+			info.SegmentsChecked++
 			res, rerr := active.Recover(0)
 			if rerr != nil {
 				return fail(rerr)
@@ -371,7 +389,7 @@ func (l *Log) openSegments(bases []int64, cp checkpoint, info *RecoveryInfo) err
 	l.active = active
 	l.next.Store(next)
 	// Until the flush below, the old recovery point still holds.
-	l.rp = cp.Recovery
+	l.rp = cp.RecoveryPoint
 	if rpSeg >= 0 {
 		l.rp.SegmentBase = rpSeg
 	}
@@ -454,8 +472,8 @@ func (l *Log) Close() error {
 			err = l.flushAll(segs)
 		}
 		if err == nil {
-			rp := recoveryPoint{Offset: l.next.Load(), SegmentBase: l.active.Base(), Position: l.active.Size()}
-			err = writeCheckpoint(l.fs, l.dir, checkpoint{Recovery: rp, Start: l.start.Load(), Clean: true})
+			rp := RecoveryPoint{Offset: l.next.Load(), SegmentBase: l.active.Base(), Position: l.active.Size()}
+			err = writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: rp, StartOffset: l.start.Load(), CleanShutdown: true})
 		}
 		clean = err == nil
 	}

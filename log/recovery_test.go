@@ -219,10 +219,10 @@ func TestDamagedCheckpoint(t *testing.T) {
 	checkRecords(t, readAll(t, l, 0), 0, end)
 	require.NoError(t, l.Close())
 
-	_, err = decodeCheckpoint([]byte("junk"))
-	require.ErrorIs(t, err, errBadCheckpoint)
-	c := checkpoint{Recovery: recoveryPoint{Offset: 5, SegmentBase: 3, Position: 99}, Start: 2, Clean: true}
-	got, err := decodeCheckpoint(c.encode())
+	_, err = ParseCheckpoint([]byte("junk"))
+	require.ErrorIs(t, err, ErrBadCheckpoint)
+	c := Checkpoint{RecoveryPoint: RecoveryPoint{Offset: 5, SegmentBase: 3, Position: 99}, StartOffset: 2, CleanShutdown: true}
+	got, err := ParseCheckpoint(c.encode())
 	require.NoError(t, err)
 	require.Equal(t, c, got)
 }
@@ -340,4 +340,60 @@ func TestFaultsDuringRoll(t *testing.T) {
 			require.NoError(t, l.Close())
 		})
 	}
+}
+
+// Garbage appended to the active segment after a clean close is found and
+// cut, not kept to be half-overwritten by later appends (found by spool
+// check's tests).
+func TestGarbageAfterCleanClose(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 1 << 20}
+	l, err := Open(dir, opts)
+	require.NoError(t, err)
+	end := appendN(t, l, 3, 3, rand.New(rand.NewPCG(40, 40)))
+	require.NoError(t, l.Close())
+	p := lastSegmentFile(t, dir, segment.LogSuffix)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	junk := make([]byte, 180)
+	for i := range junk {
+		junk[i] = byte(i*37 + 11)
+	}
+	_, err = f.Write(junk)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	l, info, err := OpenWithInfo(dir, opts)
+	require.NoError(t, err)
+	require.Equal(t, int64(180), info.TruncatedBytes)
+	require.Equal(t, end, l.EndOffset())
+	_, err = l.Append(record.Record{Value: []byte("after")})
+	require.NoError(t, err)
+	require.NoError(t, l.Roll())
+	_, err = l.Append(record.Record{Value: []byte("next")})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	l, err = Open(dir, opts)
+	require.NoError(t, err)
+	recs := readAll(t, l, 0)
+	require.Len(t, recs, int(end)+2)
+	require.NoError(t, l.Close())
+}
+
+// Flushed data that has vanished (a file cut short behind the log's back)
+// is not papered over by reusing its offsets.
+func TestFlushedDataMissingIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{})
+	require.NoError(t, err)
+	appendN(t, l, 100, 5, rand.New(rand.NewPCG(41, 41)))
+	require.NoError(t, l.Sync())
+	l.abandon()
+	p := lastSegmentFile(t, dir, segment.LogSuffix)
+	st, err := os.Stat(p)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(p, st.Size()/2))
+	_, err = Open(dir, Options{})
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.Contains(t, err.Error(), "flushed")
 }

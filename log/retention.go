@@ -159,7 +159,7 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 	l.syncCond.Broadcast()
 	l.syncMu.Unlock()
 	if l.rp.Offset > end {
-		l.rp = recoveryPoint{Offset: end, SegmentBase: l.active.Base(), Position: l.active.Size()}
+		l.rp = RecoveryPoint{Offset: end, SegmentBase: l.active.Base(), Position: l.active.Size()}
 	}
 	if err := l.writeStateLocked(l.start.Load()); err != nil {
 		return 0, err

@@ -40,7 +40,13 @@ type RecoveryResult struct {
 // either cuts the tail off (DropTail) or refuses the damage. The segment must
 // be writable.
 func (s *Segment) Recover(from int64) (RecoveryResult, error) {
-	return s.restore(from, s.size.Load(), true)
+	// Check to the end of the file, not to the size an earlier Resume or
+	// Recover settled on: the bytes past it are what needs checking.
+	st, err := s.f.Stat()
+	if err != nil {
+		return RecoveryResult{}, fmt.Errorf("segment: stat %s: %w", s.logPath, err)
+	}
+	return s.restore(from, st.Size(), true)
 }
 
 // DropTail cuts the .log file to the segment's size, removing what Recover

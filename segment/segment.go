@@ -102,8 +102,13 @@ func ParseFileName(name string) (base int64, suffix string, ok bool) {
 	if i != 20 {
 		return 0, "", false
 	}
+	for _, c := range name[:20] {
+		if c < '0' || c > '9' {
+			return 0, "", false
+		}
+	}
 	base, err := strconv.ParseInt(name[:20], 10, 64)
-	if err != nil || base < 0 {
+	if err != nil {
 		return 0, "", false
 	}
 	return base, name[20:], true

@@ -438,7 +438,7 @@ func TestFileNames(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, int64(368769), base)
 	require.Equal(t, ".timeindex", suf)
-	for _, bad := range []string{"42.log", "0000000000000000004x.log", "-0000000000000000001.log", "00000000000000000042"} {
+	for _, bad := range []string{"42.log", "0000000000000000004x.log", "-0000000000000000001.log", "+0000000000000000042.log", "00000000000000000042", "99999999999999999999.log"} {
 		_, _, ok := ParseFileName(bad)
 		require.False(t, ok, bad)
 	}
