@@ -1,0 +1,115 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/segment"
+)
+
+// TestBinary builds the real spool binary and runs it, to check what the
+// in-process tests cannot: that main wires run to the process's exit
+// status and streams.
+func TestBinary(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go is not on PATH")
+	}
+	if testing.Short() {
+		t.Skip("builds a binary")
+	}
+	bin := filepath.Join(t.TempDir(), "spool")
+	build := exec.Command(goTool, "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	data := t.TempDir()
+	logs := makeLog(t, filepath.Join(data, "events-0"), 40)
+	makeLog(t, filepath.Join(data, "events-1"), 20)
+
+	exitCode := func(args ...string) (int, string, string) {
+		cmd := exec.Command(bin, args...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode(), stdout.String(), stderr.String()
+		}
+		require.NoError(t, err)
+		return 0, stdout.String(), stderr.String()
+	}
+
+	code, stdout, _ := exitCode("check", data)
+	require.Equal(t, 0, code, stdout)
+
+	// Flip a bit in the records of a sealed segment.
+	positions, _ := batchPositions(t, logs[0])
+	modify(t, logs[0], func(b []byte) []byte {
+		b[positions[1]+record.HeaderSize+5] ^= 0x20
+		return b
+	})
+	code, stdout, _ = exitCode("check", data)
+	require.Equal(t, 1, code, stdout)
+	require.Contains(t, stdout, "error: "+logs[0]+": position ")
+
+	code, stdout, _ = exitCode("dump", "--verify-index", logs[0])
+	require.Equal(t, 1, code, stdout)
+	require.Contains(t, stdout, "crcValid: false")
+
+	code, _, stderr := exitCode("frobnicate")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "unknown command")
+
+	code, _, stderr = exitCode()
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "Usage:")
+}
+
+// FuzzLogFile feeds arbitrary bytes to dump and check as a segment's .log
+// and .index: whatever the bytes, neither may panic, and the exit status
+// is 0 or 1.
+func FuzzLogFile(f *testing.F) {
+	b, err := record.NewBatch([]record.Record{{Key: []byte("k"), Value: []byte("v")}, {Value: []byte("w")}}, record.BatchOptions{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	valid := b.Bytes()
+	b.SetBaseOffset(2)
+	two := append(append([]byte(nil), valid...), b.Bytes()...)
+	f.Add([]byte{}, []byte{})
+	f.Add(valid, []byte{})
+	f.Add(two, []byte{0, 0, 0, 3, 0, 0, 0, byte(len(valid))})
+	f.Add(two[:len(two)-1], []byte{0, 0, 0, 3, 0, 0, 0, 5})
+	f.Add([]byte("\x00\x00\x00\x00\x00\x00\x00\x00\x7f\xff\xff\xff"), []byte{1, 2, 3})
+
+	f.Fuzz(func(t *testing.T, logData, indexData []byte) {
+		dir := t.TempDir()
+		logPath := filepath.Join(dir, segment.FileName(0, segment.LogSuffix))
+		if err := os.WriteFile(logPath, logData, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(sibling(logPath, segment.IndexSuffix), indexData, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(sibling(logPath, segment.TimeIndexSuffix), indexData, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{
+			{"dump", "--records", "--verify-index", logPath},
+			{"dump", sibling(logPath, segment.TimeIndexSuffix)},
+			{"check", dir},
+		} {
+			if code, out, _ := spool(t, args...); code != exitOK && code != exitProblem {
+				t.Fatalf("%v: exit %d\n%s", args, code, out)
+			}
+		}
+	})
+}
