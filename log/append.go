@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/segment"
@@ -18,6 +19,7 @@ var errTruncatedWhileWaiting = errors.New("log: appended data was truncated befo
 // offsets; those without a timestamp get the current time. Under the Sync
 // policy it returns once the batch is on stable storage.
 func (l *Log) Append(recs ...record.Record) (int64, error) {
+	l.writers.Add(1) // before encoding: gatherWriters waits for us
 	bp := l.batchBuf.Get().(*[]byte)
 	defer l.batchBuf.Put(bp)
 	buf, err := record.AppendBatch((*bp)[:0], recs, record.BatchOptions{Compression: l.opts.Compression, Now: l.opts.now()})
@@ -25,10 +27,12 @@ func (l *Log) Append(recs ...record.Record) (int64, error) {
 		*bp = buf[:0] // keep a grown buffer, but not a huge one
 	}
 	if err != nil {
+		l.writers.Add(-1)
 		return 0, err
 	}
 	b, _, err := record.ParseBatch(buf)
 	if err != nil {
+		l.writers.Add(-1)
 		return 0, err
 	}
 	return l.append(b)
@@ -44,7 +48,9 @@ func (l *Log) Append(recs ...record.Record) (int64, error) {
 // AppendBatch stamps the base offset into b's bytes: the caller hands the
 // bytes over. The CRC does not cover the base offset, so it stays valid.
 func (l *Log) AppendBatch(b record.Batch) (int64, error) {
+	l.writers.Add(1)
 	if err := l.checkProducerBatch(b); err != nil {
+		l.writers.Add(-1)
 		return 0, err
 	}
 	return l.append(b)
@@ -58,16 +64,16 @@ func (l *Log) checkProducerBatch(b record.Batch) error {
 	if b.Size() > l.opts.MaxMessageBytes {
 		return fmt.Errorf("%w: batch of %d bytes is over MaxMessageBytes %d", record.ErrRecordTooLarge, b.Size(), l.opts.MaxMessageBytes)
 	}
-	if err := b.Verify(); err != nil {
+	it := l.iters.Get().(*record.Iterator)
+	defer l.iters.Put(it)
+	it.MaxUncompressedBytes = max(record.DefaultMaxUncompressedBytes, 4*l.opts.MaxMessageBytes)
+	it.Reset(b) // verifies framing, CRC and header fields first
+	if err := it.Err(); err != nil {
 		return err
 	}
 	if int64(b.NumRecords()) != int64(b.LastOffsetDelta())+1 {
 		return fmt.Errorf("%w: %d records but last offset delta %d", ErrCorrupt, b.NumRecords(), b.LastOffsetDelta())
 	}
-	it := l.iters.Get().(*record.Iterator)
-	defer l.iters.Put(it)
-	it.MaxUncompressedBytes = max(record.DefaultMaxUncompressedBytes, 4*l.opts.MaxMessageBytes)
-	it.Reset(b)
 	base := b.BaseOffset()
 	var i int64
 	for it.Next() {
@@ -85,47 +91,46 @@ func (l *Log) checkProducerBatch(b record.Batch) error {
 	return nil
 }
 
-// append writes a checked batch: it stamps the base offset, rolls if
-// needed, writes, and (under Sync) waits for the group fsync.
+// append writes a checked batch and, under Sync, waits for the group fsync.
+// The caller has counted itself in l.writers; write undoes that once the
+// batch is written (or refused).
 func (l *Log) append(b record.Batch) (int64, error) {
+	base, end, truncs, err := l.write(b)
+	if err != nil || l.opts.Flush.kind != flushSync {
+		return base, err
+	}
+	return base, l.syncTo(end, truncs)
+}
+
+// write stamps the base offset, rolls if needed and writes the batch.
+func (l *Log) write(b record.Batch) (base, end, truncs int64, err error) {
+	defer l.writers.Add(-1)
 	if b.Size() > l.opts.MaxMessageBytes {
-		return 0, fmt.Errorf("%w: batch of %d bytes is over MaxMessageBytes %d", record.ErrRecordTooLarge, b.Size(), l.opts.MaxMessageBytes)
+		return 0, 0, 0, fmt.Errorf("%w: batch of %d bytes is over MaxMessageBytes %d", record.ErrRecordTooLarge, b.Size(), l.opts.MaxMessageBytes)
 	}
 	l.mu.Lock()
-	if l.closed.Load() {
-		l.mu.Unlock()
-		return 0, ErrClosed
+	defer l.mu.Unlock()
+	if err := l.writable(); err != nil {
+		return 0, 0, 0, err
 	}
-	if err := l.failed(); err != nil {
-		l.mu.Unlock()
-		return 0, err
-	}
-	base := l.next.Load()
+	base = l.next.Load()
 	if base > math.MaxInt64-int64(b.LastOffsetDelta())-1 {
-		l.mu.Unlock()
-		return 0, fmt.Errorf("%w: %d records after offset %d", ErrOffsetOverflow, b.LastOffsetDelta()+1, base)
+		return 0, 0, 0, fmt.Errorf("%w: %d records after offset %d", ErrOffsetOverflow, b.LastOffsetDelta()+1, base)
 	}
 	b.SetBaseOffset(base)
 	if err := l.maybeRoll(b); err != nil {
-		l.mu.Unlock()
-		return 0, err
+		return 0, 0, 0, err
 	}
 	seg := l.active
 	if _, err := seg.Append(b); err != nil {
-		err = l.fail(err)
-		l.mu.Unlock()
-		return 0, err
+		return 0, 0, 0, l.fail(err)
 	}
-	end := b.NextOffset()
+	end = b.NextOffset()
 	l.next.Store(end)
-	truncs := l.truncs.Load()
 	if l.opts.Flush.kind != flushSync {
 		l.publishCommitted(seg, seg.Size(), end)
-		l.mu.Unlock()
-		return base, nil
 	}
-	l.mu.Unlock()
-	return base, l.syncTo(end, truncs)
+	return base, end, l.truncs.Load(), nil
 }
 
 // maybeRoll seals the active segment and starts a new one when the batch
@@ -142,7 +147,7 @@ func (l *Log) maybeRoll(b record.Batch) error {
 			return err
 		}
 	}
-	if !roll && s.Size() > 0 && s.Age(l.opts.now(), b.MaxTimestamp()) > l.opts.SegmentAge {
+	if !roll && s.Size() > 0 && s.Age(l.opts.now, b.MaxTimestamp()) > l.opts.SegmentAge {
 		roll = true
 	}
 	if !roll {
@@ -258,6 +263,7 @@ func (l *Log) syncTo(target, truncs int64) error {
 		}
 		l.syncing = true
 		l.syncMu.Unlock()
+		l.gatherWriters()
 		err := l.syncOnce()
 		l.syncMu.Lock()
 		l.syncing = false
@@ -265,6 +271,18 @@ func (l *Log) syncTo(target, truncs int64) error {
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// gatherWriters lets appends that are under way finish their writes before
+// an fsync starts, so that they share it instead of waiting for the next
+// one. Without it, concurrent appenders settle into two groups that take
+// turns, each fsync carrying half of them. The wait is bounded: a few
+// scheduler yields, never a sleep.
+func (l *Log) gatherWriters() {
+	runtime.Gosched()
+	for i := 0; i < 16 && l.writers.Load() > 0; i++ {
+		runtime.Gosched()
 	}
 }
 

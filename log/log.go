@@ -68,6 +68,7 @@ type Log struct {
 	closed    atomic.Bool
 
 	// Group commit state (Sync policy).
+	writers  atomic.Int32 // appends between entering append and finishing the write
 	syncMu   sync.Mutex
 	syncCond *sync.Cond
 	syncing  bool

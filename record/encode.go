@@ -64,21 +64,16 @@ func AppendBatch(dst []byte, recs []Record, o BatchOptions) ([]byte, error) {
 		return dst, fmt.Errorf("%w: %d", ErrUnsupportedCodec, o.Compression)
 	}
 	now := millis(o.Now)
-	first, maxTS := NoTimestamp, NoTimestamp
+	first := tsOf(&recs[0], now)
+	// One pass checks timestamps and sizes the records block.
+	maxTS, need := NoTimestamp, 0
 	for i := range recs {
-		ts := now
-		if !recs[i].Timestamp.IsZero() {
-			ts = recs[i].Timestamp.UnixMilli()
-			if ts < 0 {
-				return dst, fmt.Errorf("%w: record %d has timestamp %v, before 1970", ErrCorrupt, i, recs[i].Timestamp)
-			}
+		ts := tsOf(&recs[i], now)
+		if ts < 0 && !recs[i].Timestamp.IsZero() {
+			return dst, fmt.Errorf("%w: record %d has timestamp %v, before 1970", ErrCorrupt, i, recs[i].Timestamp)
 		}
-		if i == 0 {
-			first = ts
-		}
-		if ts > maxTS {
-			maxTS = ts
-		}
+		maxTS = max(maxTS, ts)
+		need += EncodedSize(&recs[i], int32(i), ts-first)
 	}
 
 	start := len(dst)
@@ -87,10 +82,10 @@ func AppendBatch(dst []byte, recs []Record, o BatchOptions) ([]byte, error) {
 
 	var err error
 	if o.Compression == None {
-		dst, err = appendRecords(dst, recs, first, now)
+		dst, err = appendRecords(dst, recs, first, now, need)
 	} else {
 		sp := scratch.Get().(*[]byte)
-		raw, rerr := appendRecords((*sp)[:0], recs, first, now)
+		raw, rerr := appendRecords((*sp)[:0], recs, first, now, need)
 		if rerr == nil {
 			dst, err = compress(o.Compression, dst, raw)
 		} else {
@@ -132,12 +127,9 @@ func AppendBatch(dst []byte, recs []Record, o BatchOptions) ([]byte, error) {
 	return dst, nil
 }
 
-// appendRecords appends the records block (uncompressed) to dst.
-func appendRecords(dst []byte, recs []Record, firstTS, now int64) ([]byte, error) {
-	need := 0
-	for i := range recs {
-		need += EncodedSize(&recs[i], int32(i), tsOf(&recs[i], now)-firstTS)
-	}
+// appendRecords appends the records block (uncompressed), need bytes, to
+// dst.
+func appendRecords(dst []byte, recs []Record, firstTS, now int64, need int) ([]byte, error) {
 	dst = grow(dst, need)
 	for i := range recs {
 		r := &recs[i]

@@ -113,7 +113,7 @@ func (s *Segment) rebuildSealed() (*indexes, error) {
 	s.maxTS.Store(record.NoTimestamp)
 	s.maxTSOffset, s.lastPos, s.sinceIndex = s.base, -1, 0
 	s.next.Store(s.base)
-	sc := newScanner(s.f, 0, s.size.Load())
+	sc := newScanner(s.f, 0, s.size.Load(), 0)
 	defer sc.close()
 	expect := s.base
 	for {

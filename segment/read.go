@@ -41,7 +41,7 @@ func (s *Segment) Find(target, limit int64) (Header, error) {
 // stop is true. If entry >= 0, the first header must have that last offset,
 // or walk returns errMismatch.
 func (s *Segment) walk(start, limit, entry int64, stop func(Header) bool) (Header, error) {
-	sc := newScanner(s.f, start, limit)
+	sc := newScanner(s.f, start, limit, s.opts.IndexIntervalBytes+2*record.HeaderSize)
 	defer sc.close()
 	for {
 		pos := sc.pos
@@ -141,7 +141,7 @@ func (s *Segment) Span(target int64, maxBytes int, limit int64) (pos int64, n in
 	if err != nil {
 		return 0, 0, Header{}, err
 	}
-	sc := newScanner(s.f, first.Position, limit)
+	sc := newScanner(s.f, first.Position, limit, 0)
 	defer sc.close()
 	end := first.End()
 	for {

@@ -54,9 +54,11 @@ func parseHeader(b []byte, pos int64) (Header, error) {
 	}, nil
 }
 
-// scanBufSize is the read size of a header walk: a few index intervals, so a
-// lookup usually needs one read.
-const scanBufSize = 16 << 10
+// scanBufSize is the read-ahead of a long header walk (an index rebuild);
+// a lookup reads ahead only about an index interval (see newScanner), since
+// the batch it looks for starts within one interval of the index entry, and
+// copying more costs more than a second read would.
+const scanBufSize = 64 << 10
 
 var scanBufs = sync.Pool{New: func() any { b := make([]byte, scanBufSize); return &b }}
 
@@ -66,12 +68,19 @@ type scanner struct {
 	f        vfs.File
 	pos, end int64
 	buf      *[]byte
+	readSize int   // bytes read ahead at a time, <= len(*buf)
 	bufPos   int64 // file position of (*buf)[0]
 	bufLen   int
 }
 
-func newScanner(f vfs.File, pos, end int64) *scanner {
-	return &scanner{f: f, pos: pos, end: end, buf: scanBufs.Get().(*[]byte), bufPos: -1}
+// newScanner walks from pos to end reading ahead readAhead bytes at a time
+// (0: scanBufSize).
+func newScanner(f vfs.File, pos, end int64, readAhead int) *scanner {
+	if readAhead <= 0 || readAhead > scanBufSize {
+		readAhead = scanBufSize
+	}
+	readAhead = max(readAhead, record.HeaderSize)
+	return &scanner{f: f, pos: pos, end: end, buf: scanBufs.Get().(*[]byte), readSize: readAhead, bufPos: -1}
 }
 
 func (s *scanner) close() {
@@ -111,7 +120,7 @@ func (s *scanner) next() (Header, error) {
 func (s *scanner) headerBytes() ([]byte, error) {
 	buf := *s.buf
 	if s.bufPos < 0 || s.pos < s.bufPos || s.pos+record.HeaderSize > s.bufPos+int64(s.bufLen) {
-		n := int(min(int64(len(buf)), s.end-s.pos))
+		n := int(min(int64(s.readSize), s.end-s.pos))
 		m, err := s.f.ReadAt(buf[:n], s.pos)
 		if m < record.HeaderSize {
 			if err == nil || err == io.EOF {

@@ -319,11 +319,12 @@ func (s *Segment) MaxTimestamp() (int64, error) {
 // of the segment's first batch when both exist, otherwise the time since the
 // segment was created or opened. Record time, not wall time, so a log
 // replicated or restored with old timestamps does not roll on every batch.
-func (s *Segment) Age(now time.Time, batchTS int64) time.Duration {
+// now is called only when the wall clock is needed.
+func (s *Segment) Age(now func() time.Time, batchTS int64) time.Duration {
 	if s.firstTS >= 0 && batchTS >= 0 {
 		return time.Duration(batchTS-s.firstTS) * time.Millisecond
 	}
-	return now.Sub(s.created)
+	return now().Sub(s.created)
 }
 
 // Sealed reports whether the segment takes no more appends.
