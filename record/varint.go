@@ -1,6 +1,9 @@
 package record
 
-import "errors"
+import (
+	"errors"
+	"math/bits"
+)
 
 // Zig-zag varints, as Kafka's ByteUtils.writeVarint/writeVarlong.
 
@@ -8,16 +11,14 @@ var errVarint = errors.New("malformed varint")
 
 func varintSize(v int64) int {
 	u := uint64(v<<1) ^ uint64(v>>63)
-	n := 1
-	for u >= 0x80 {
-		u >>= 7
-		n++
-	}
-	return n
+	return (bits.Len64(u|1) + 6) / 7
 }
 
 func appendVarint(b []byte, v int64) []byte {
 	u := uint64(v<<1) ^ uint64(v>>63)
+	if u < 0x80 { // most lengths, deltas and counts
+		return append(b, byte(u))
+	}
 	for u >= 0x80 {
 		b = append(b, byte(u)|0x80)
 		u >>= 7
