@@ -75,12 +75,13 @@ type scanner struct {
 
 // newScanner walks from pos to end reading ahead readAhead bytes at a time
 // (0: scanBufSize).
-func newScanner(f vfs.File, pos, end int64, readAhead int) *scanner {
+// It is a value, to live on the caller's stack: lookups allocate nothing.
+func newScanner(f vfs.File, pos, end int64, readAhead int) scanner {
 	if readAhead <= 0 || readAhead > scanBufSize {
 		readAhead = scanBufSize
 	}
 	readAhead = max(readAhead, record.HeaderSize)
-	return &scanner{f: f, pos: pos, end: end, buf: scanBufs.Get().(*[]byte), readSize: readAhead, bufPos: -1}
+	return scanner{f: f, pos: pos, end: end, buf: scanBufs.Get().(*[]byte), readSize: readAhead, bufPos: -1}
 }
 
 func (s *scanner) close() {
