@@ -329,6 +329,63 @@ func BenchmarkReopen(b *testing.B) {
 	}
 }
 
+// BenchmarkReopenAfterCrash times Open of a log whose process died: the
+// recovery checks only the batches written after the last checkpoint (the
+// unflushed tail), so the time should follow the tail's size, not the log's.
+// The log (reopenBytes, in 256 MiB segments) and its checkpoint are restored
+// before each op; one op is one Open with recovery.
+func BenchmarkReopenAfterCrash(b *testing.B) {
+	size := reopenBytes()
+	opts := Options{SegmentBytes: 256 << 20, MaxMessageBytes: 64 << 20, Flush: None, CheckpointInterval: time.Hour}
+	recs := benchRecords(1000, 1024)
+	for _, tail := range []int64{1 << 20, 16 << 20, 128 << 20} {
+		dir := filepath.Join(b.TempDir(), "log")
+		l := openBench(b, dir, opts)
+		for l.Size() < size {
+			if _, err := l.Append(recs...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := l.Sync(); err != nil { // the recovery point
+			b.Fatal(err)
+		}
+		for start := l.Size(); l.Size()-start < tail; {
+			if _, err := l.Append(recs...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		logBytes := l.Size()
+		l.abandon()
+		cp, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("bytes=%dMiB/tail=%dMiB", logBytes>>20, tail>>20), func(b *testing.B) {
+			var checked int64
+			for b.Loop() {
+				b.StopTimer()
+				if err := os.WriteFile(filepath.Join(dir, CheckpointFile), cp, 0o644); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				l, info, err := OpenWithInfo(dir, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if info.Clean || info.BytesChecked < tail {
+					b.Fatalf("no recovery of the tail: %+v", info)
+				}
+				checked = info.BytesChecked
+				l.abandon()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(checked), "bytes-checked")
+			b.ReportMetric(float64(logBytes), "log-bytes")
+		})
+	}
+}
+
 // BenchmarkWriteBaseline is the physical floor BenchmarkAppend is measured
 // against, in the same process and file system: the exact bytes of the batch
 // Append would write, encoded once (raw) or on every op as Append does
