@@ -459,11 +459,7 @@ func (l *Log) Close() error {
 	<-l.bgDone
 	l.notify.broadcast()
 
-	// Lock order everywhere: cpMu, then mu.
-	l.cpMu.Lock()
-	defer l.cpMu.Unlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.lockState()()
 	var err error
 	clean := l.failed() == nil
 	if clean {

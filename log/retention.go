@@ -11,10 +11,7 @@ import (
 // hold nothing at or above it are deleted. The new start offset is on stable
 // storage before it returns. offset may not pass the committed offset.
 func (l *Log) DeleteRecordsBefore(offset int64) error {
-	l.cpMu.Lock()
-	defer l.cpMu.Unlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.lockState()()
 	if err := l.writable(); err != nil {
 		return err
 	}
@@ -42,10 +39,7 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 // them. It runs in the background every RetentionCheckInterval; it returns
 // the number of segments deleted.
 func (l *Log) ApplyRetention() (int, error) {
-	l.cpMu.Lock()
-	defer l.cpMu.Unlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.lockState()()
 	if err := l.writable(); err != nil {
 		return 0, err
 	}
@@ -127,10 +121,7 @@ func dropDeleted(list, gone []*segment.Segment) []*segment.Segment {
 // whose log diverged from the leader's need it. The truncation is on stable
 // storage before it returns. Truncating below the start offset is an error.
 func (l *Log) Truncate(offset int64) (int64, error) {
-	l.cpMu.Lock()
-	defer l.cpMu.Unlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	defer l.lockState()()
 	if err := l.writable(); err != nil {
 		return 0, err
 	}
@@ -202,6 +193,17 @@ func (l *Log) truncateInto(segs []*segment.Segment, keep int, offset int64) erro
 		return err
 	}
 	return l.fs.SyncDir(l.dir)
+}
+
+// lockState takes the checkpoint lock and then the writer lock - the order
+// every path takes them in - and returns what releases both.
+func (l *Log) lockState() (unlock func()) {
+	l.cpMu.Lock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		l.cpMu.Unlock()
+	}
 }
 
 // writable reports why the log cannot be changed, or nil.

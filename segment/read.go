@@ -26,15 +26,20 @@ func (s *Segment) Find(target, limit int64) (Header, error) {
 	if e, ok, err := ix.off.Lookup(target); err == nil && ok && e.Position < limit {
 		start, entry = e.Position, e.Offset
 	}
-	for {
-		h, err := s.walk(start, limit, entry, func(h Header) bool { return h.LastOffset >= target })
-		if err == errMismatch {
-			s.rebuildAfterMismatch(ix)
-			start, entry = 0, -1
-			continue
-		}
-		return h, err
+	return s.search(ix, start, entry, limit, func(h Header) bool { return h.LastOffset >= target })
+}
+
+// search walks from an index entry (at start, for offset entry; -1 for
+// none) to the first header for which stop is true. If the entry does not
+// match the batch it points at, the index is rebuilt and the walk starts over
+// from the beginning of the file.
+func (s *Segment) search(ix *indexes, start, entry, limit int64, stop func(Header) bool) (Header, error) {
+	h, err := s.walk(start, limit, entry, stop)
+	if err == errMismatch {
+		s.rebuildAfterMismatch(ix)
+		h, err = s.walk(0, limit, -1, stop)
 	}
+	return h, err
 }
 
 // walk walks headers from start to limit and returns the first for which
@@ -78,15 +83,7 @@ func (s *Segment) FindTime(ts, limit int64) (Header, error) {
 			start, entry = e.Position, e.Offset
 		}
 	}
-	for {
-		h, err := s.walk(start, limit, entry, func(h Header) bool { return h.MaxTimestamp >= ts })
-		if err == errMismatch {
-			s.rebuildAfterMismatch(ix)
-			start, entry = 0, -1
-			continue
-		}
-		return h, err
-	}
+	return s.search(ix, start, entry, limit, func(h Header) bool { return h.MaxTimestamp >= ts })
 }
 
 // Read appends to dst whole batches, starting with the first whose last
