@@ -56,6 +56,30 @@ func (l *Log) AppendBatch(b record.Batch) (int64, error) {
 	return l.append(b)
 }
 
+// AppendTrusted appends a batch built in this process with record.Builder,
+// record.AppendBatch or record.NewBatch, without AppendBatch's walk over its
+// records: an in-process producer that encoded the batch itself need not pay
+// to decode it again. It still refuses a batch over MaxMessageBytes and one
+// whose header does not check out; everything else is the caller's promise.
+// Batches from outside the process (the network) go through AppendBatch.
+func (l *Log) AppendTrusted(b record.Batch) (int64, error) {
+	l.writers.Add(1)
+	if b.IsZero() || len(b.Bytes()) < record.HeaderSize {
+		l.writers.Add(-1)
+		return 0, fmt.Errorf("%w: empty batch", ErrCorrupt)
+	}
+	if err := record.VerifyHeader(b.Bytes(), b.Size()); err != nil {
+		l.writers.Add(-1)
+		return 0, err
+	}
+	return l.append(b)
+}
+
+// SetLeaderEpoch makes every later append stamp epoch into its batch's
+// partitionLeaderEpoch field (outside the CRC), as a Kafka partition leader
+// does. Negative: leave the field as the batch has it (the default).
+func (l *Log) SetLeaderEpoch(epoch int32) { l.epoch.Store(epoch) }
+
 // checkProducerBatch validates a batch from outside.
 func (l *Log) checkProducerBatch(b record.Batch) error {
 	if b.IsZero() {
@@ -118,6 +142,9 @@ func (l *Log) write(b record.Batch) (base, end, truncs int64, err error) {
 		return 0, 0, 0, fmt.Errorf("%w: %d records after offset %d", ErrOffsetOverflow, b.LastOffsetDelta()+1, base)
 	}
 	b.SetBaseOffset(base)
+	if e := l.epoch.Load(); e >= 0 {
+		b.SetPartitionLeaderEpoch(e)
+	}
 	if err := l.maybeRoll(b); err != nil {
 		return 0, 0, 0, err
 	}
@@ -192,6 +219,24 @@ func (l *Log) roll() error {
 	default:
 	}
 	return nil
+}
+
+// RollIfOld seals the active segment if it holds something and is older
+// than SegmentAge by the wall clock (its first batch's timestamp, or when it
+// was created): the roll an idle log never gets from appends. A broker calls
+// it on an interval. It reports whether it rolled.
+func (l *Log) RollIfOld() (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.writable(); err != nil {
+		return false, err
+	}
+	s := l.active
+	now := l.opts.now()
+	if s.Size() == 0 || s.Age(l.opts.now, now.UnixMilli()) <= l.opts.SegmentAge {
+		return false, nil
+	}
+	return true, l.roll()
 }
 
 // Roll seals the active segment now, if it holds anything, and starts a

@@ -19,8 +19,12 @@ func (l *Log) background() {
 	}
 	cp := time.NewTicker(l.opts.CheckpointInterval)
 	defer cp.Stop()
-	ret := time.NewTicker(l.opts.RetentionCheckInterval)
-	defer ret.Stop()
+	var retention <-chan time.Time
+	if l.opts.RetentionCheckInterval > 0 {
+		t := time.NewTicker(l.opts.RetentionCheckInterval)
+		defer t.Stop()
+		retention = t.C
+	}
 	for {
 		var err error
 		select {
@@ -32,7 +36,7 @@ func (l *Log) background() {
 			err = l.checkpoint()
 		case <-cp.C:
 			err = l.checkpoint()
-		case <-ret.C:
+		case <-retention:
 			_, err = l.ApplyRetention()
 		}
 		if err != nil && l.failed() == nil && !l.closed.Load() {

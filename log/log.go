@@ -64,6 +64,7 @@ type Log struct {
 	start     atomic.Int64                       // the log start offset
 	committed atomic.Int64                       // readers see offsets below this
 	truncs    atomic.Int64                       // bumped by Truncate: readers re-seek
+	epoch     atomic.Int32                       // leader epoch stamped on appends; -1: none
 	failure   atomic.Pointer[error]
 	closed    atomic.Bool
 
@@ -135,6 +136,7 @@ func OpenWithInfo(dir string, opts Options) (*Log, RecoveryInfo, error) {
 		rolled: make(chan struct{}, 1),
 	}
 	l.syncCond = sync.NewCond(&l.syncMu)
+	l.epoch.Store(-1)
 	l.batchBuf.New = func() any { b := make([]byte, 0, 64<<10); return &b }
 	l.iters.New = func() any { return new(record.Iterator) }
 

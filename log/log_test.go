@@ -647,3 +647,60 @@ func TestCloseRacesBackgroundWork(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+func TestLeaderEpochStampedAndTrustedAppend(t *testing.T) {
+	l, err := Open(t.TempDir(), tiny())
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.Append(record.Record{Value: []byte("a")})
+	require.NoError(t, err)
+	l.SetLeaderEpoch(7)
+	b, err := record.NewBatch([]record.Record{{Value: []byte("b")}}, record.BatchOptions{})
+	require.NoError(t, err)
+	off, err := l.AppendTrusted(b)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), off)
+
+	buf, err := l.Read(0, 1<<20)
+	require.NoError(t, err)
+	first := mustParse(t, buf)
+	require.Equal(t, int32(-1), first.PartitionLeaderEpoch())
+	second := mustParse(t, buf[first.Size():])
+	require.Equal(t, int32(7), second.PartitionLeaderEpoch())
+	require.NoError(t, second.Verify(), "the epoch is outside the CRC")
+
+	// A trusted append still refuses a header that does not check out.
+	raw := append([]byte(nil), b.Bytes()...)
+	raw[60] = 20 // 20 records in a batch whose offsets span one
+
+	bad, _, err := record.ParseBatch(raw)
+	require.NoError(t, err)
+	_, err = l.AppendTrusted(bad)
+	require.ErrorIs(t, err, ErrCorrupt)
+	_, err = l.AppendTrusted(record.Batch{})
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.Equal(t, int64(2), l.EndOffset())
+}
+
+func TestRollIfOld(t *testing.T) {
+	now := time.Now()
+	opts := tiny()
+	opts.SegmentAge = time.Hour
+	opts.now = func() time.Time { return now }
+	l, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer l.Close()
+	rolled, err := l.RollIfOld()
+	require.NoError(t, err)
+	require.False(t, rolled, "empty segment")
+	_, err = l.Append(record.Record{Value: []byte("x"), Timestamp: now})
+	require.NoError(t, err)
+	rolled, err = l.RollIfOld()
+	require.NoError(t, err)
+	require.False(t, rolled)
+	now = now.Add(2 * time.Hour)
+	rolled, err = l.RollIfOld()
+	require.NoError(t, err)
+	require.True(t, rolled)
+	require.Equal(t, 2, l.NumSegments())
+}

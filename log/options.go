@@ -110,7 +110,8 @@ type Options struct {
 	// larger than this (retention.bytes). Default Unlimited.
 	RetentionBytes int64
 	// RetentionCheckInterval is how often the log applies retention in the
-	// background (log.retention.check.interval.ms). Default 5 minutes.
+	// background (log.retention.check.interval.ms). Default 5 minutes;
+	// negative: never (a broker that schedules retention itself).
 	RetentionCheckInterval time.Duration
 	// MaxMessageBytes is the largest batch an append accepts, after
 	// compression (max.message.bytes). Default 1 MiB.
@@ -165,7 +166,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RetentionBytes <= 0 {
 		o.RetentionBytes = unlimitedBytes
 	}
-	if o.RetentionCheckInterval <= 0 {
+	if o.RetentionCheckInterval == 0 {
 		o.RetentionCheckInterval = DefaultRetentionCheck
 	}
 	if o.MaxMessageBytes == 0 {
