@@ -102,9 +102,17 @@ func AppendBatch(dst []byte, recs []Record, o BatchOptions) ([]byte, error) {
 		return dst[:start], fmt.Errorf("%w: batch of %d bytes", ErrRecordTooLarge, size)
 	}
 
-	h := dst[start : start+HeaderSize]
+	writeHeader(dst[start:], o, int32(len(recs)), first, maxTS)
+	return dst, nil
+}
+
+// writeHeader fills in the header of the batch that batch holds (header
+// and records) and its CRC: base offset 0 and leader epoch -1, for the log
+// to stamp.
+func writeHeader(batch []byte, o BatchOptions, count int32, firstTS, maxTS int64) {
+	h := batch[:HeaderSize]
 	binary.BigEndian.PutUint64(h[offBaseOffset:], 0)
-	binary.BigEndian.PutUint32(h[offLength:], uint32(size-LogOverhead))
+	binary.BigEndian.PutUint32(h[offLength:], uint32(len(batch)-LogOverhead))
 	binary.BigEndian.PutUint32(h[offLeaderEpoch:], math.MaxUint32) // -1
 	h[offMagic] = Magic
 	attrs := int16(o.Compression)
@@ -112,8 +120,8 @@ func AppendBatch(dst []byte, recs []Record, o BatchOptions) ([]byte, error) {
 		attrs |= attrTransactional
 	}
 	binary.BigEndian.PutUint16(h[offAttributes:], uint16(attrs))
-	binary.BigEndian.PutUint32(h[offLastOffsetDelta:], uint32(len(recs)-1))
-	binary.BigEndian.PutUint64(h[offFirstTimestamp:], uint64(first))
+	binary.BigEndian.PutUint32(h[offLastOffsetDelta:], uint32(count-1))
+	binary.BigEndian.PutUint64(h[offFirstTimestamp:], uint64(firstTS))
 	binary.BigEndian.PutUint64(h[offMaxTimestamp:], uint64(maxTS))
 	p := ProducerInfo{ID: -1, Epoch: -1, BaseSequence: -1}
 	if o.Producer != nil {
@@ -122,9 +130,8 @@ func AppendBatch(dst []byte, recs []Record, o BatchOptions) ([]byte, error) {
 	binary.BigEndian.PutUint64(h[offProducerID:], uint64(p.ID))
 	binary.BigEndian.PutUint16(h[offProducerEpoch:], uint16(p.Epoch))
 	binary.BigEndian.PutUint32(h[offBaseSequence:], uint32(p.BaseSequence))
-	binary.BigEndian.PutUint32(h[offRecordCount:], uint32(len(recs)))
-	binary.BigEndian.PutUint32(h[offCRC:], crc32.Checksum(dst[start+offAttributes:], castagnoli))
-	return dst, nil
+	binary.BigEndian.PutUint32(h[offRecordCount:], uint32(count))
+	binary.BigEndian.PutUint32(h[offCRC:], crc32.Checksum(batch[offAttributes:], castagnoli))
 }
 
 // appendRecords appends the records block (uncompressed), need bytes, to
@@ -132,23 +139,27 @@ func AppendBatch(dst []byte, recs []Record, o BatchOptions) ([]byte, error) {
 func appendRecords(dst []byte, recs []Record, firstTS, now int64, need int) ([]byte, error) {
 	dst = grow(dst, need)
 	for i := range recs {
-		r := &recs[i]
-		tsDelta := tsOf(r, now) - firstTS
-		dst = appendVarint(dst, int64(bodySize(r, int32(i), tsDelta)))
-		dst = append(dst, 0) // attributes
-		dst = appendVarint(dst, tsDelta)
-		dst = appendVarint(dst, int64(i))
-		dst = appendBytesField(dst, r.Key)
-		dst = appendBytesField(dst, r.Value)
-		dst = appendVarint(dst, int64(len(r.Headers)))
-		for j := range r.Headers {
-			h := &r.Headers[j]
-			dst = appendVarint(dst, int64(len(h.Key)))
-			dst = append(dst, h.Key...)
-			dst = appendBytesField(dst, h.Value)
-		}
+		dst = appendRecord(dst, &recs[i], int32(i), tsOf(&recs[i], now)-firstTS)
 	}
 	return dst, nil
+}
+
+// appendRecord appends one encoded record.
+func appendRecord(dst []byte, r *Record, offsetDelta int32, tsDelta int64) []byte {
+	dst = appendVarint(dst, int64(bodySize(r, offsetDelta, tsDelta)))
+	dst = append(dst, 0) // attributes
+	dst = appendVarint(dst, tsDelta)
+	dst = appendVarint(dst, int64(offsetDelta))
+	dst = appendBytesField(dst, r.Key)
+	dst = appendBytesField(dst, r.Value)
+	dst = appendVarint(dst, int64(len(r.Headers)))
+	for j := range r.Headers {
+		h := &r.Headers[j]
+		dst = appendVarint(dst, int64(len(h.Key)))
+		dst = append(dst, h.Key...)
+		dst = appendBytesField(dst, h.Value)
+	}
+	return dst
 }
 
 func tsOf(r *Record, now int64) int64 {
