@@ -1,0 +1,203 @@
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/record"
+)
+
+// Options configure a Partition.
+type Options struct {
+	// Log configures the partition's log.
+	Log log.Options
+	// LeaderEpoch is the epoch this broker leads the partition in; appends
+	// are stamped with it. A single broker uses 0, the default.
+	LeaderEpoch int32
+}
+
+// Partition is one topic partition on this broker. Safe for concurrent
+// use.
+type Partition struct {
+	topic  string
+	id     int32
+	dir    string
+	log    *log.Log
+	epochs *EpochCache
+	epoch  int32
+}
+
+// Open opens (or creates) the partition whose log lives in dir.
+func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
+	l, err := log.Open(dir, opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	p := &Partition{topic: topic, id: id, dir: dir, log: l, epoch: opts.LeaderEpoch}
+	if err := p.loadEpochs(opts); err != nil {
+		l.Close()
+		return nil, err
+	}
+	l.SetLeaderEpoch(p.epoch)
+	return p, nil
+}
+
+// loadEpochs reads the leader-epoch cache, rebuilds it from the batches if
+// it is damaged, trims it to the log, and starts this broker's epoch.
+func (p *Partition) loadEpochs(opts Options) error {
+	c, err := OpenEpochCache(nil, p.dir)
+	if errors.Is(err, ErrBadEpochFile) {
+		c, err = newEpochCache(nil, p.dir), nil
+		entries, rerr := p.scanEpochs()
+		if rerr != nil {
+			return rerr
+		}
+		if err := c.Reset(entries); err != nil {
+			return err
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := c.TruncateFromEnd(p.log.EndOffset()); err != nil {
+		return err
+	}
+	if err := c.TruncateFromStart(p.log.StartOffset()); err != nil {
+		return err
+	}
+	if err := c.Assign(opts.LeaderEpoch, p.log.EndOffset()); err != nil {
+		return err
+	}
+	if latest := c.Latest(); latest > p.epoch {
+		return fmt.Errorf("partition %s-%d: the log holds leader epoch %d, newer than this broker's %d", p.topic, p.id, latest, p.epoch)
+	}
+	p.epochs = c
+	return nil
+}
+
+// scanEpochs rebuilds the epoch entries from the batch headers.
+func (p *Partition) scanEpochs() ([]EpochEntry, error) {
+	var entries []EpochEntry
+	offset := p.log.StartOffset()
+	var buf []byte
+	for offset < p.log.CommittedOffset() {
+		out, err := p.log.ReadInto(buf[:0], offset, 1<<20)
+		if err != nil {
+			return nil, err
+		}
+		if len(out) == 0 {
+			break
+		}
+		buf = out
+		for len(out) > 0 {
+			b, n, err := record.ParseBatch(out)
+			if err != nil {
+				return nil, err
+			}
+			if e := b.PartitionLeaderEpoch(); e >= 0 && (len(entries) == 0 || e > entries[len(entries)-1].Epoch) {
+				entries = append(entries, EpochEntry{Epoch: e, StartOffset: b.BaseOffset()})
+			}
+			offset = b.NextOffset()
+			out = out[n:]
+		}
+	}
+	return entries, nil
+}
+
+// Topic is the partition's topic.
+func (p *Partition) Topic() string { return p.topic }
+
+// ID is the partition number.
+func (p *Partition) ID() int32 { return p.id }
+
+// Dir is the partition's directory.
+func (p *Partition) Dir() string { return p.dir }
+
+// Log is the partition's log.
+func (p *Partition) Log() *log.Log { return p.log }
+
+// Epochs is the leader-epoch cache.
+func (p *Partition) Epochs() *EpochCache { return p.epochs }
+
+// LeaderEpoch is the epoch this broker leads the partition in.
+func (p *Partition) LeaderEpoch() int32 { return p.epoch }
+
+// HighWatermark is the offset below which consumers may read: on a single
+// broker, the log's committed offset.
+func (p *Partition) HighWatermark() int64 { return p.log.CommittedOffset() }
+
+// StartOffset is the log start offset.
+func (p *Partition) StartOffset() int64 { return p.log.StartOffset() }
+
+// EndOffset is the log end offset.
+func (p *Partition) EndOffset() int64 { return p.log.EndOffset() }
+
+// Append encodes records as one batch and appends it; see log.Log.Append.
+func (p *Partition) Append(recs ...record.Record) (int64, error) { return p.log.Append(recs...) }
+
+// AppendBatch appends a batch from outside, after checking it; see
+// log.Log.AppendBatch.
+func (p *Partition) AppendBatch(b record.Batch) (int64, error) { return p.log.AppendBatch(b) }
+
+// AppendTrusted appends a batch this process encoded; see
+// log.Log.AppendTrusted.
+func (p *Partition) AppendTrusted(b record.Batch) (int64, error) { return p.log.AppendTrusted(b) }
+
+// OffsetForTime is the offset of the first record at or after t; see
+// log.Log.OffsetForTime.
+func (p *Partition) OffsetForTime(t time.Time) (int64, bool, error) { return p.log.OffsetForTime(t) }
+
+// Changed returns a channel closed when the high watermark next moves (or
+// the log is truncated, fails or closes).
+func (p *Partition) Changed() <-chan struct{} { return p.log.Changed() }
+
+// FetchResult is what Fetch returns.
+type FetchResult struct {
+	// Batches holds whole record batches, each CRC-checked, the first of
+	// which contains the fetch offset (and may begin before it).
+	Batches []byte
+	// HighWatermark and LogStartOffset are the partition's when the fetch
+	// returned.
+	HighWatermark  int64
+	LogStartOffset int64
+}
+
+// Fetch reads committed batches from offset - at most maxBytes, but always
+// the first batch whole - waiting up to maxWait for at least minBytes to be
+// available, or until ctx ends. An offset outside [StartOffset,
+// HighWatermark] is an error wrapping log.ErrOffsetOutOfRange. With minBytes
+// <= 0 it returns at once.
+func (p *Partition) Fetch(ctx context.Context, offset int64, minBytes, maxBytes int, maxWait time.Duration) (FetchResult, error) {
+	return p.FetchInto(ctx, nil, offset, minBytes, maxBytes, maxWait)
+}
+
+// FetchInto is Fetch appending to buf, to reuse it.
+func (p *Partition) FetchInto(ctx context.Context, buf []byte, offset int64, minBytes, maxBytes int, maxWait time.Duration) (FetchResult, error) {
+	var deadline <-chan time.Time
+	for {
+		changed := p.log.Changed()
+		out, err := p.log.ReadInto(buf[:0], offset, maxBytes)
+		res := FetchResult{Batches: out, HighWatermark: p.HighWatermark(), LogStartOffset: p.StartOffset()}
+		if err != nil || len(out) >= minBytes || maxWait <= 0 {
+			return res, err
+		}
+		if deadline == nil {
+			t := time.NewTimer(maxWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return res, nil
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+	}
+}
+
+// Close closes the log.
+func (p *Partition) Close() error { return p.log.Close() }
