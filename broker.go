@@ -1,0 +1,480 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/internal/vfs"
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/partition"
+)
+
+// Broker is an embedded Kafka-style broker: a data directory of topics,
+// each split into partitions, each partition a durable log. Produce to it
+// with Produce or a Producer, read from it with a Consumer. Safe for
+// concurrent use.
+type Broker struct {
+	dir    string
+	opts   Options
+	logger *slog.Logger
+	lock   io.Closer
+
+	// mu serialises changes to the topic set and the registry; readers
+	// use the immutable snapshot in topics.
+	mu     sync.Mutex
+	topics atomic.Pointer[map[string]*topic]
+	closed atomic.Bool
+
+	partitioners sync.Map // topic name -> *lockedPartitioner, for Produce
+
+	bgStop chan struct{}
+	bgDone chan struct{}
+}
+
+// topic is one topic's state. parts grows with CreatePartitions; readers
+// load the current slice.
+type topic struct {
+	name    string
+	id      TopicID
+	config  TopicConfig // the topic's own settings (zero fields: defaults)
+	created time.Time
+	parts   atomic.Pointer[[]*partition.Partition]
+}
+
+func (t *topic) partitions() []*partition.Partition { return *t.parts.Load() }
+
+// Open opens (or creates) the broker whose data lives in dir. Only one
+// Broker, in one process, may use a directory at a time.
+func Open(dir string, opts Options) (*Broker, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	lk, err := vfs.Default.Lock(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return nil, fmt.Errorf("spool: open %s: %w", dir, err)
+	}
+	b := &Broker{dir: dir, opts: opts, logger: opts.Logger, lock: lk, bgStop: make(chan struct{}), bgDone: make(chan struct{})}
+	empty := map[string]*topic{}
+	b.topics.Store(&empty)
+	if err := b.load(); err != nil {
+		b.closePartitions()
+		lk.Close()
+		return nil, err
+	}
+	go b.background()
+	return b, nil
+}
+
+// load reads the registry, opens every partition, and removes what deleted
+// topics left behind.
+func (b *Broker) load() error {
+	reg, err := readRegistry(b.dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if dirs := b.partitionDirs(); len(dirs) > 0 {
+			// Never guess which directories are data: refuse.
+			return fmt.Errorf("%w: %s has partition directories (%s, ...) but no %s", errBadRegistry, b.dir, dirs[0], registryFile)
+		}
+		if err := writeRegistry(b.dir, registry{}); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	}
+	topics := map[string]*topic{}
+	for _, rt := range reg.Topics {
+		id, err := ParseTopicID(rt.ID)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errBadRegistry, err)
+		}
+		t := &topic{name: rt.Name, id: id, config: fromStored(rt.Config, 0), created: rt.Created}
+		empty := []*partition.Partition{}
+		t.parts.Store(&empty)
+		topics[t.name] = t
+		b.topics.Store(&topics)
+		if err := b.openPartitions(t, rt.Partitions); err != nil {
+			return err
+		}
+	}
+	b.topics.Store(&topics)
+	return b.removeLeftovers(topics)
+}
+
+// partitionDirs lists the data dir's entries that look like partitions.
+func (b *Broker) partitionDirs() []string {
+	entries, _ := os.ReadDir(b.dir)
+	var out []string
+	for _, e := range entries {
+		if _, _, ok := parsePartitionDir(e.Name()); ok && e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// removeLeftovers deletes partition directories of deleted topics: those
+// renamed for deletion, and those whose partition.metadata names a topic ID
+// the registry no longer has (a crash between the registry update and the
+// rename). Directories without metadata are left alone, with a warning.
+func (b *Broker) removeLeftovers(topics map[string]*topic) error {
+	entries, err := os.ReadDir(b.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		p := filepath.Join(b.dir, name)
+		if !e.IsDir() {
+			continue
+		}
+		if len(name) > len(deleteSuffix) && name[len(name)-len(deleteSuffix):] == deleteSuffix {
+			if err := os.RemoveAll(p); err != nil {
+				return err
+			}
+			continue
+		}
+		tn, n, ok := parsePartitionDir(name)
+		if !ok {
+			continue
+		}
+		id, err := readPartitionMeta(p)
+		if err != nil {
+			b.logger.Warn("partition directory without readable metadata; leaving it", "dir", p, "err", err)
+			continue
+		}
+		if t := topics[tn]; t != nil && t.id == id && n < int32(len(t.partitions())) {
+			continue
+		}
+		b.logger.Info("removing the partition of a deleted topic", "dir", p, "topic_id", id)
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openPartitions opens (creating) partitions [len(current), n) of t.
+func (b *Broker) openPartitions(t *topic, n int32) error {
+	cfg := b.effective(t.config)
+	parts := slices.Clone(t.partitions())
+	for i := int32(len(parts)); i < n; i++ {
+		dir := partitionDir(b.dir, t.name, i)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("spool: %w", err)
+		}
+		if id, err := readPartitionMeta(dir); errors.Is(err, os.ErrNotExist) {
+			if err := writePartitionMeta(dir, t.id); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		} else if id != t.id {
+			return fmt.Errorf("spool: %s belongs to topic id %s, not %s's %s", dir, id, t.name, t.id)
+		}
+		p, err := partition.Open(dir, t.name, i, partition.Options{Log: b.logOptions(cfg)})
+		if err != nil {
+			return fmt.Errorf("spool: open %s-%d: %w", t.name, i, err)
+		}
+		parts = append(parts, p)
+		t.parts.Store(&parts)
+	}
+	return vfs.Default.SyncDir(b.dir)
+}
+
+func (b *Broker) snapshot() map[string]*topic { return *b.topics.Load() }
+
+// topic returns the named topic, creating it if allowed and asked to.
+func (b *Broker) topic(ctx context.Context, name string, create bool) (*topic, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	if t := b.snapshot()[name]; t != nil {
+		return t, nil
+	}
+	if !create || !b.opts.AutoCreateTopics.on(true) {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownTopic, name)
+	}
+	err := b.CreateTopic(ctx, name, TopicConfig{})
+	if err != nil && !errors.Is(err, ErrTopicExists) {
+		return nil, err
+	}
+	if t := b.snapshot()[name]; t != nil {
+		return t, nil
+	}
+	return nil, fmt.Errorf("%w: %q", ErrUnknownTopic, name)
+}
+
+// Partition returns partition n of a topic, for direct use of its log.
+func (b *Broker) Partition(topicName string, n int32) (*partition.Partition, error) {
+	t, err := b.topic(context.Background(), topicName, false)
+	if err != nil {
+		return nil, err
+	}
+	parts := t.partitions()
+	if n < 0 || int(n) >= len(parts) {
+		return nil, fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, topicName, n, len(parts))
+	}
+	return parts[n], nil
+}
+
+// registryLocked builds the registry from the current topics. Called with
+// mu held.
+func (b *Broker) registryLocked(topics map[string]*topic) registry {
+	var r registry
+	for _, t := range topics {
+		r.Topics = append(r.Topics, registryTopic{
+			Name: t.name, ID: t.id.String(), Partitions: int32(len(t.partitions())),
+			Config: toStored(t.config), Created: t.created,
+		})
+	}
+	sort.Slice(r.Topics, func(i, j int) bool { return r.Topics[i].Name < r.Topics[j].Name })
+	return r
+}
+
+// CreateTopic creates a topic. Zero fields of cfg take the broker's
+// defaults. The topic is in the registry, on stable storage, before any of
+// its partitions is created; a crash in between is finished on the next
+// Open.
+func (b *Broker) CreateTopic(ctx context.Context, name string, cfg TopicConfig) error {
+	if err := ValidTopicName(name); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	old := b.snapshot()
+	if old[name] != nil {
+		return fmt.Errorf("%w: %q", ErrTopicExists, name)
+	}
+	t := &topic{name: name, id: newTopicID(), config: cfg, created: time.Now().UTC()}
+	n := b.effective(cfg).Partitions
+	t.config.Partitions = 0 // the registry records the count separately
+	empty := []*partition.Partition{}
+	t.parts.Store(&empty)
+
+	topics := cloneMap(old)
+	topics[name] = t
+	reg := b.registryLocked(topics)
+	for i := range reg.Topics {
+		if reg.Topics[i].Name == name {
+			reg.Topics[i].Partitions = n
+		}
+	}
+	if err := writeRegistry(b.dir, reg); err != nil {
+		return err
+	}
+	if err := b.openPartitions(t, n); err != nil {
+		// The registry has the topic; the next Open creates what is
+		// missing. Publish what exists so it can be deleted.
+		b.topics.Store(&topics)
+		return err
+	}
+	b.topics.Store(&topics)
+	return nil
+}
+
+// DeleteTopic deletes a topic and its data. The topic leaves the registry
+// first; its partition directories are then renamed aside and removed. A
+// crash in between is finished on the next Open.
+func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	old := b.snapshot()
+	t := old[name]
+	if t == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
+	}
+	topics := cloneMap(old)
+	delete(topics, name)
+	if err := writeRegistry(b.dir, b.registryLocked(topics)); err != nil {
+		return err
+	}
+	b.topics.Store(&topics)
+	var errs []error
+	for _, p := range t.partitions() {
+		errs = append(errs, p.Close())
+		aside := p.Dir() + "." + t.id.String() + deleteSuffix
+		if err := os.Rename(p.Dir(), aside); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, os.RemoveAll(aside))
+	}
+	errs = append(errs, vfs.Default.SyncDir(b.dir))
+	return errors.Join(errs...)
+}
+
+// CreatePartitions grows a topic to total partitions. Existing partitions
+// keep their data; keyed records produced from now on spread over all of
+// them (so a key may move partition, as in Kafka).
+func (b *Broker) CreatePartitions(ctx context.Context, name string, total int32) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	t := b.snapshot()[name]
+	if t == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
+	}
+	have := int32(len(t.partitions()))
+	if total <= have {
+		return fmt.Errorf("%w: %q has %d partitions; partitions can only be added (asked for %d)", ErrInvalidConfig, name, have, total)
+	}
+	reg := b.registryLocked(b.snapshot())
+	for i := range reg.Topics {
+		if reg.Topics[i].Name == name {
+			reg.Topics[i].Partitions = total
+		}
+	}
+	if err := writeRegistry(b.dir, reg); err != nil {
+		return err
+	}
+	return b.openPartitions(t, total)
+}
+
+// Topics lists the topic names, sorted.
+func (b *Broker) Topics() []string {
+	var names []string
+	for n := range b.snapshot() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TopicDescription describes a topic.
+type TopicDescription struct {
+	Name       string
+	ID         TopicID
+	Config     TopicConfig // effective: every default filled in
+	Partitions []PartitionDescription
+}
+
+// PartitionDescription describes one partition.
+type PartitionDescription struct {
+	Partition     int32
+	StartOffset   int64 // the first readable offset
+	EndOffset     int64 // the offset the next record will get
+	HighWatermark int64 // consumers read below this
+	LeaderEpoch   int32
+	Size          int64 // bytes of log on disk
+	Segments      int
+}
+
+// DescribeTopic describes a topic and its partitions.
+func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
+	t, err := b.topic(context.Background(), name, false)
+	if err != nil {
+		return TopicDescription{}, err
+	}
+	parts := t.partitions()
+	d := TopicDescription{Name: t.name, ID: t.id, Config: b.effective(t.config)}
+	d.Config.Partitions = int32(len(parts))
+	for _, p := range parts {
+		d.Partitions = append(d.Partitions, PartitionDescription{
+			Partition: p.ID(), StartOffset: p.StartOffset(), EndOffset: p.EndOffset(),
+			HighWatermark: p.HighWatermark(), LeaderEpoch: p.LeaderEpoch(),
+			Size: p.Log().Size(), Segments: p.Log().NumSegments(),
+		})
+	}
+	return d, nil
+}
+
+// background applies retention and age-based rolls to every partition
+// every RetentionCheckInterval.
+func (b *Broker) background() {
+	defer close(b.bgDone)
+	t := time.NewTicker(b.opts.RetentionCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.bgStop:
+			return
+		case <-t.C:
+			b.maintain()
+		}
+	}
+}
+
+// maintain runs one round of retention and age-based rolls.
+func (b *Broker) maintain() {
+	for _, t := range b.snapshot() {
+		for _, p := range t.partitions() {
+			if b.closed.Load() {
+				return
+			}
+			if _, err := p.Log().ApplyRetention(); err != nil && !errors.Is(err, log.ErrClosed) {
+				b.logger.Warn("retention failed", "topic", t.name, "partition", p.ID(), "err", err)
+			}
+			if _, err := p.Log().RollIfOld(); err != nil && !errors.Is(err, log.ErrClosed) {
+				b.logger.Warn("segment roll failed", "topic", t.name, "partition", p.ID(), "err", err)
+			}
+			if err := p.Epochs().TruncateFromStart(p.StartOffset()); err != nil {
+				b.logger.Warn("leader-epoch cache update failed", "topic", t.name, "partition", p.ID(), "err", err)
+			}
+		}
+	}
+}
+
+// Close flushes and closes every partition (each records a clean shutdown)
+// and releases the data directory. Producers and consumers of the broker
+// fail afterwards with ErrClosed.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed.Swap(true) {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	b.mu.Unlock()
+	close(b.bgStop)
+	<-b.bgDone
+	err := b.closePartitions()
+	if lerr := b.lock.Close(); err == nil {
+		err = lerr
+	}
+	return err
+}
+
+func (b *Broker) closePartitions() error {
+	var errs []error
+	for _, t := range b.snapshot() {
+		for _, p := range t.partitions() {
+			errs = append(errs, p.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Dir is the data directory.
+func (b *Broker) Dir() string { return b.dir }
+
+func cloneMap(m map[string]*topic) map[string]*topic {
+	out := make(map[string]*topic, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,445 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
+)
+
+// ErrNotAssigned means a consumer was asked about a partition it has not
+// been assigned.
+var ErrNotAssigned = errors.New("spool: partition not assigned to this consumer")
+
+// OffsetReset is where a consumer starts reading a partition for which it
+// has no valid position (auto.offset.reset). The zero value is ResetLatest.
+type OffsetReset int8
+
+// OffsetReset values.
+const (
+	// ResetLatest starts at the high watermark: only new records.
+	ResetLatest OffsetReset = iota
+	// ResetEarliest starts at the log start offset: everything retained.
+	ResetEarliest
+	// ResetNone fails Poll with an error wrapping ErrOffsetOutOfRange.
+	ResetNone
+)
+
+// Consumer defaults (Kafka's).
+const (
+	DefaultFetchMinBytes          = 1
+	DefaultFetchMaxWait           = 500 * time.Millisecond
+	DefaultFetchMaxBytes          = 50 << 20
+	DefaultMaxPartitionFetchBytes = 1 << 20
+)
+
+// ConsumerConfig configures a Consumer. Zero fields take their defaults.
+type ConsumerConfig struct {
+	// FetchMinBytes is how much Poll waits to gather (fetch.min.bytes).
+	// Default 1: return as soon as anything is there.
+	FetchMinBytes int
+	// FetchMaxWait is how long Poll waits for FetchMinBytes
+	// (fetch.max.wait.ms). Default 500 ms.
+	FetchMaxWait time.Duration
+	// FetchMaxBytes bounds the bytes of batches one Poll reads
+	// (fetch.max.bytes); the first batch is always read whole. Default
+	// 50 MiB.
+	FetchMaxBytes int
+	// MaxPartitionFetchBytes bounds the bytes read from one partition per
+	// Poll (max.partition.fetch.bytes). Default 1 MiB.
+	MaxPartitionFetchBytes int
+	// AutoOffsetReset is where to start without a valid position
+	// (auto.offset.reset). Default ResetLatest.
+	AutoOffsetReset OffsetReset
+}
+
+// TopicPartition names a partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+// Consumer reads records from the partitions assigned to it, each from its
+// own position, up to the high watermark: only committed records, each
+// batch CRC-checked. Poll is meant for one goroutine; the other methods may
+// be called from any.
+type Consumer struct {
+	b   *Broker
+	cfg ConsumerConfig
+
+	mu       sync.Mutex
+	assigned []*assignment
+	byTP     map[TopicPartition]*assignment
+	next     int // where the next Poll starts, for fairness
+	closed   bool
+}
+
+type assignment struct {
+	tp    TopicPartition
+	part  *partition.Partition
+	pos   int64
+	valid bool // pos was set (Seek or reset) and not found out of range
+}
+
+// NewConsumer returns a Consumer of the broker with nothing assigned.
+func (b *Broker) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	if cfg.FetchMinBytes == 0 {
+		cfg.FetchMinBytes = DefaultFetchMinBytes
+	}
+	if cfg.FetchMaxWait == 0 {
+		cfg.FetchMaxWait = DefaultFetchMaxWait
+	}
+	if cfg.FetchMaxBytes == 0 {
+		cfg.FetchMaxBytes = DefaultFetchMaxBytes
+	}
+	if cfg.MaxPartitionFetchBytes == 0 {
+		cfg.MaxPartitionFetchBytes = DefaultMaxPartitionFetchBytes
+	}
+	if cfg.FetchMinBytes < 0 || cfg.FetchMaxWait < 0 || cfg.FetchMaxBytes < 0 || cfg.MaxPartitionFetchBytes < 0 ||
+		cfg.AutoOffsetReset < ResetLatest || cfg.AutoOffsetReset > ResetNone {
+		return nil, fmt.Errorf("%w: consumer %+v", ErrInvalidConfig, cfg)
+	}
+	return &Consumer{b: b, cfg: cfg, byTP: map[TopicPartition]*assignment{}}, nil
+}
+
+// Assign adds partitions of a topic to the consumer (all of them when none
+// are named). A newly assigned partition starts where AutoOffsetReset says,
+// unless Seek places it first.
+func (c *Consumer) Assign(topic string, partitions ...int32) error {
+	t, err := c.b.topic(context.Background(), topic, false)
+	if err != nil {
+		return err
+	}
+	parts := t.partitions()
+	if len(partitions) == 0 {
+		for i := range parts {
+			partitions = append(partitions, int32(i))
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	for _, n := range partitions {
+		if n < 0 || int(n) >= len(parts) {
+			return fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, topic, n, len(parts))
+		}
+	}
+	for _, n := range partitions {
+		tp := TopicPartition{topic, n}
+		if c.byTP[tp] != nil {
+			continue
+		}
+		a := &assignment{tp: tp, part: parts[n]}
+		c.byTP[tp] = a
+		c.assigned = append(c.assigned, a)
+	}
+	return nil
+}
+
+// Unassign removes partitions of a topic (all of them when none are named).
+func (c *Consumer) Unassign(topic string, partitions ...int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keep := c.assigned[:0]
+	for _, a := range c.assigned {
+		drop := a.tp.Topic == topic && (len(partitions) == 0 || containsPartition(partitions, a.tp.Partition))
+		if drop {
+			delete(c.byTP, a.tp)
+		} else {
+			keep = append(keep, a)
+		}
+	}
+	clear(c.assigned[len(keep):])
+	c.assigned = keep
+}
+
+func containsPartition(ps []int32, p int32) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Assignment lists the assigned partitions, sorted.
+func (c *Consumer) Assignment() []TopicPartition {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]TopicPartition, 0, len(c.assigned))
+	for _, a := range c.assigned {
+		out = append(out, a.tp)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
+// lookup returns the assignment of a partition. Called with mu held.
+func (c *Consumer) lookup(topic string, n int32) (*assignment, error) {
+	a := c.byTP[TopicPartition{topic, n}]
+	if a == nil {
+		return nil, fmt.Errorf("%w: %s-%d", ErrNotAssigned, topic, n)
+	}
+	return a, nil
+}
+
+// Seek sets the next offset to read from an assigned partition. An offset
+// outside the log is handled by AutoOffsetReset at the next Poll.
+func (c *Consumer) Seek(topic string, partition int32, offset int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.lookup(topic, partition)
+	if err != nil {
+		return err
+	}
+	a.pos, a.valid = offset, true
+	return nil
+}
+
+// seekEach applies where to every named partition (all assigned partitions
+// of the topic when none are named).
+func (c *Consumer) seekEach(topic string, partitions []int32, where func(*partition.Partition) (int64, error)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var targets []*assignment
+	if len(partitions) == 0 {
+		for _, a := range c.assigned {
+			if a.tp.Topic == topic {
+				targets = append(targets, a)
+			}
+		}
+	}
+	for _, n := range partitions {
+		a, err := c.lookup(topic, n)
+		if err != nil {
+			return err
+		}
+		targets = append(targets, a)
+	}
+	for _, a := range targets {
+		off, err := where(a.part)
+		if err != nil {
+			return err
+		}
+		a.pos, a.valid = off, true
+	}
+	return nil
+}
+
+// SeekToStart moves partitions to their log start offset (all assigned
+// partitions of the topic when none are named).
+func (c *Consumer) SeekToStart(topic string, partitions ...int32) error {
+	return c.seekEach(topic, partitions, func(p *partition.Partition) (int64, error) { return p.StartOffset(), nil })
+}
+
+// SeekToEnd moves partitions to their high watermark: only records produced
+// from now on.
+func (c *Consumer) SeekToEnd(topic string, partitions ...int32) error {
+	return c.seekEach(topic, partitions, func(p *partition.Partition) (int64, error) { return p.HighWatermark(), nil })
+}
+
+// SeekToTime moves partitions to the first record whose timestamp is at or
+// after t (through the time index), or to the high watermark if there is
+// none.
+func (c *Consumer) SeekToTime(topic string, t time.Time, partitions ...int32) error {
+	return c.seekEach(topic, partitions, func(p *partition.Partition) (int64, error) {
+		off, ok, err := p.OffsetForTime(t)
+		if err != nil || !ok {
+			return p.HighWatermark(), err
+		}
+		return off, nil
+	})
+}
+
+// Position is the offset the next record read from a partition will have
+// (at least), or -1 before the first Poll places it.
+func (c *Consumer) Position(topic string, partition int32) (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.lookup(topic, partition)
+	if err != nil {
+		return 0, err
+	}
+	if !a.valid {
+		return -1, nil
+	}
+	return a.pos, nil
+}
+
+// reset places a partition without a valid position per AutoOffsetReset.
+func (c *Consumer) reset(a *assignment, cause error) error {
+	switch c.cfg.AutoOffsetReset {
+	case ResetEarliest:
+		a.pos = a.part.StartOffset()
+	case ResetNone:
+		if cause == nil {
+			cause = fmt.Errorf("%w: no position", ErrOffsetOutOfRange)
+		}
+		return fmt.Errorf("spool: %s-%d: %w", a.tp.Topic, a.tp.Partition, cause)
+	default:
+		a.pos = a.part.HighWatermark()
+	}
+	a.valid = true
+	return nil
+}
+
+// Poll returns the next records from the assigned partitions: it reads
+// from each partition (starting with a different one each call, for
+// fairness) up to MaxPartitionFetchBytes and FetchMaxBytes in all, and waits
+// up to FetchMaxWait for FetchMinBytes, or until ctx ends. It may return no
+// records. The records' byte slices are the caller's to keep.
+func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
+	deadline := time.Now().Add(c.cfg.FetchMaxWait)
+	for {
+		recs, bytes, changed, err := c.fetchOnce(ctx)
+		if err != nil || len(recs) > 0 && bytes >= c.cfg.FetchMinBytes {
+			return recs, err
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 || len(changed) == 0 {
+			if len(changed) == 0 && wait > 0 {
+				// Nothing assigned: wait out the poll, as Kafka does.
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					return recs, ctx.Err()
+				}
+			}
+			return recs, nil
+		}
+		// Wait for any assigned partition to move, the deadline, or ctx.
+		timer := time.NewTimer(wait)
+		cases := make([]reflect.SelectCase, 0, len(changed)+2)
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
+		for _, ch := range changed {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+		}
+		chosen, _, _ := reflect.Select(cases)
+		timer.Stop()
+		switch chosen {
+		case 0:
+			return recs, ctx.Err()
+		case 1:
+			if len(recs) > 0 {
+				return recs, nil
+			}
+			// One last look after the deadline.
+			recs, _, _, err = c.fetchOnce(ctx)
+			return recs, err
+		}
+	}
+}
+
+// fetchOnce reads what is there now from every assigned partition, without
+// waiting. It returns the records, the bytes of batches read, and the change
+// channels of the partitions (taken before reading, so nothing is missed).
+func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struct{}, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, 0, nil, ErrClosed
+	}
+	if c.b.closed.Load() {
+		return nil, 0, nil, ErrClosed
+	}
+	var recs []Record
+	total := 0
+	changed := make([]<-chan struct{}, 0, len(c.assigned))
+	n := len(c.assigned)
+	for i := 0; i < n; i++ {
+		a := c.assigned[(c.next+i)%n]
+		changed = append(changed, a.part.Changed())
+		if total >= c.cfg.FetchMaxBytes {
+			continue
+		}
+		if !a.valid {
+			if err := c.reset(a, nil); err != nil {
+				return recs, total, changed, err
+			}
+		}
+		limit := min(c.cfg.MaxPartitionFetchBytes, c.cfg.FetchMaxBytes-total)
+		res, err := a.part.Fetch(ctx, a.pos, 0, limit, 0)
+		if errors.Is(err, ErrOffsetOutOfRange) {
+			if err := c.reset(a, err); err != nil {
+				return recs, total, changed, err
+			}
+			res, err = a.part.Fetch(ctx, a.pos, 0, limit, 0)
+		}
+		if err != nil {
+			return recs, total, changed, c.b.wrapClosed(fmt.Errorf("spool: fetch %s-%d at %d: %w", a.tp.Topic, a.tp.Partition, a.pos, err))
+		}
+		total += len(res.Batches)
+		recs, err = c.decode(recs, a, res.Batches)
+		if err != nil {
+			return recs, total, changed, err
+		}
+	}
+	if n > 0 {
+		c.next = (c.next + 1) % n
+	}
+	return recs, total, changed, nil
+}
+
+// decode appends the records of batches at or after a's position and moves
+// the position past them. Uncompressed records alias batches, which belongs
+// to this Poll; compressed ones get a buffer of their own.
+func (c *Consumer) decode(recs []Record, a *assignment, batches []byte) ([]Record, error) {
+	var it record.Iterator
+	for len(batches) > 0 {
+		b, n, err := record.ParseBatch(batches)
+		if err != nil {
+			return recs, err // cannot happen: the log checked the batches
+		}
+		batches = batches[n:]
+		if b.IsControl() {
+			a.pos = max(a.pos, b.NextOffset())
+			continue
+		}
+		if b.Compression() != record.None {
+			it = record.Iterator{} // a fresh buffer: the records keep pointing into it
+		}
+		it.Reset(b)
+		for it.Next() {
+			r := it.Record()
+			if r.Offset < a.pos {
+				continue
+			}
+			out := Record{Topic: a.tp.Topic, Partition: a.tp.Partition, Offset: r.Offset, Timestamp: r.Timestamp, Key: r.Key, Value: r.Value}
+			if len(r.Headers) > 0 {
+				out.Headers = append([]Header(nil), r.Headers...)
+			}
+			recs = append(recs, out)
+		}
+		if err := it.Err(); err != nil {
+			return recs, fmt.Errorf("spool: %s-%d: %w", a.tp.Topic, a.tp.Partition, err)
+		}
+		a.pos = max(a.pos, b.NextOffset())
+	}
+	return recs, nil
+}
+
+// Close releases the consumer; Poll fails with ErrClosed afterwards.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.assigned, c.byTP = nil, map[TopicPartition]*assignment{}
+	return nil
+}

@@ -1,0 +1,220 @@
+package spool
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
+)
+
+// Errors returned by the Broker, its producers and consumers. Errors from
+// lower layers are wrapped, so errors.Is also finds log.ErrOffsetOutOfRange,
+// record.ErrRecordTooLarge, log.ErrCorrupt and so on.
+var (
+	ErrClosed           = errors.New("spool: broker closed")
+	ErrUnknownTopic     = errors.New("spool: unknown topic")
+	ErrUnknownPartition = errors.New("spool: unknown partition")
+	ErrTopicExists      = errors.New("spool: topic already exists")
+	ErrInvalidTopic     = errors.New("spool: invalid topic name")
+	ErrInvalidConfig    = errors.New("spool: invalid configuration")
+	ErrRecordTooLarge   = record.ErrRecordTooLarge
+	ErrOffsetOutOfRange = log.ErrOffsetOutOfRange
+)
+
+// Toggle is an on/off setting whose zero value means "the default".
+type Toggle int8
+
+// Toggle values.
+const (
+	Default Toggle = iota
+	Enabled
+	Disabled
+)
+
+func (t Toggle) on(def bool) bool {
+	switch t {
+	case Enabled:
+		return true
+	case Disabled:
+		return false
+	}
+	return def
+}
+
+// Options configure a Broker. The zero value of every field is its default.
+type Options struct {
+	// Flush is the durability policy of every partition's log (flush.ms /
+	// flush.messages). Default log.Sync: an acknowledged record is on
+	// stable storage.
+	Flush log.FlushPolicy
+	// AutoCreateTopics creates a topic the first time a record is produced
+	// to it (auto.create.topics.enable). Default Enabled.
+	AutoCreateTopics Toggle
+	// DefaultPartitions is the partition count of auto-created topics and
+	// of topics created with Partitions 0 (num.partitions). Default 1.
+	DefaultPartitions int32
+	// Topic holds the defaults for every topic's settings; a topic's own
+	// TopicConfig overrides them field by field (the broker-level log.*
+	// settings in Kafka).
+	Topic TopicConfig
+	// Partitioner chooses partitions for Broker.Produce and is the default
+	// for producers. Default partition.DefaultPartitioner().
+	Partitioner partition.Partitioner
+	// RetentionCheckInterval is how often retention and age-based segment
+	// rolls run (log.retention.check.interval.ms). Default 5 minutes.
+	RetentionCheckInterval time.Duration
+	// Logger receives the broker's warnings; silent by default.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.DefaultPartitions == 0 {
+		o.DefaultPartitions = 1
+	}
+	if o.DefaultPartitions < 0 {
+		return o, fmt.Errorf("%w: DefaultPartitions %d", ErrInvalidConfig, o.DefaultPartitions)
+	}
+	if o.Partitioner == nil {
+		o.Partitioner = partition.DefaultPartitioner()
+	}
+	if o.RetentionCheckInterval <= 0 {
+		o.RetentionCheckInterval = log.DefaultRetentionCheck
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := o.Topic.validate(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// CleanupPolicy says what happens to old records (cleanup.policy).
+type CleanupPolicy string
+
+// Cleanup policies.
+const (
+	// CleanupDelete deletes whole old segments by time and size. The
+	// default.
+	CleanupDelete CleanupPolicy = "delete"
+)
+
+// TopicConfig is a topic's settings. Each zero field takes the broker's
+// default (Options.Topic), and then the library's; each names the Kafka topic
+// setting it mirrors.
+type TopicConfig struct {
+	// Partitions is the number of partitions. Default
+	// Options.DefaultPartitions.
+	Partitions int32
+	// SegmentBytes is the size at which a partition's active segment rolls
+	// (segment.bytes). Default 1 GiB.
+	SegmentBytes int64
+	// SegmentAge rolls a segment once its first record is this old
+	// (segment.ms). Default 7 days.
+	SegmentAge time.Duration
+	// RetentionTime deletes segments whose newest record is older
+	// (retention.ms). Default 7 days; log.Unlimited keeps everything.
+	RetentionTime time.Duration
+	// RetentionBytes deletes a partition's oldest segments while it is
+	// larger (retention.bytes). Default unlimited.
+	RetentionBytes int64
+	// CleanupPolicy is what retention does (cleanup.policy). Default delete.
+	CleanupPolicy CleanupPolicy
+	// Compression is the codec records produced in this process are
+	// batched with (compression.type), unless the producer sets its own.
+	// Default none.
+	Compression record.Codec
+	// MaxMessageBytes is the largest batch a partition accepts, after
+	// compression (max.message.bytes). Default 1 MiB.
+	MaxMessageBytes int
+}
+
+func (c TopicConfig) validate() error {
+	switch {
+	case c.Partitions < 0:
+		return fmt.Errorf("%w: Partitions %d", ErrInvalidConfig, c.Partitions)
+	case c.SegmentBytes < 0, c.SegmentAge < 0, c.RetentionBytes < 0 && c.RetentionBytes != log.Unlimited, c.MaxMessageBytes < 0:
+		return fmt.Errorf("%w: negative size or age in %+v", ErrInvalidConfig, c)
+	case c.CleanupPolicy != "" && c.CleanupPolicy != CleanupDelete:
+		return fmt.Errorf("%w: cleanup policy %q", ErrInvalidConfig, c.CleanupPolicy)
+	case c.Compression < record.None || c.Compression > record.ZSTD:
+		return fmt.Errorf("%w: compression %d", ErrInvalidConfig, c.Compression)
+	}
+	return nil
+}
+
+// merged returns c with its zero fields taken from def.
+func (c TopicConfig) merged(def TopicConfig) TopicConfig {
+	if c.Partitions == 0 {
+		c.Partitions = def.Partitions
+	}
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = def.SegmentBytes
+	}
+	if c.SegmentAge == 0 {
+		c.SegmentAge = def.SegmentAge
+	}
+	if c.RetentionTime == 0 {
+		c.RetentionTime = def.RetentionTime
+	}
+	if c.RetentionBytes == 0 {
+		c.RetentionBytes = def.RetentionBytes
+	}
+	if c.CleanupPolicy == "" {
+		c.CleanupPolicy = def.CleanupPolicy
+	}
+	if c.Compression == record.None {
+		c.Compression = def.Compression
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = def.MaxMessageBytes
+	}
+	return c
+}
+
+// effective returns the topic's settings with every default filled in.
+func (b *Broker) effective(c TopicConfig) TopicConfig {
+	c = c.merged(b.opts.Topic)
+	if c.Partitions == 0 {
+		c.Partitions = b.opts.DefaultPartitions
+	}
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = log.DefaultSegmentBytes
+	}
+	if c.SegmentAge == 0 {
+		c.SegmentAge = log.DefaultSegmentAge
+	}
+	if c.RetentionTime == 0 {
+		c.RetentionTime = log.DefaultRetentionTime
+	}
+	if c.RetentionBytes == 0 {
+		c.RetentionBytes = log.Unlimited
+	}
+	if c.CleanupPolicy == "" {
+		c.CleanupPolicy = CleanupDelete
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = log.DefaultMaxMessageBytes
+	}
+	return c
+}
+
+// logOptions are the log settings of a partition of a topic with settings c
+// (already effective).
+func (b *Broker) logOptions(c TopicConfig) log.Options {
+	return log.Options{
+		SegmentBytes:           c.SegmentBytes,
+		SegmentAge:             c.SegmentAge,
+		RetentionTime:          c.RetentionTime,
+		RetentionBytes:         c.RetentionBytes,
+		RetentionCheckInterval: -1, // the broker schedules retention
+		MaxMessageBytes:        c.MaxMessageBytes,
+		Compression:            c.Compression,
+		Flush:                  b.opts.Flush,
+		Logger:                 b.logger,
+	}
+}

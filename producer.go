@@ -1,0 +1,500 @@
+package spool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
+)
+
+// Producer errors.
+var (
+	// ErrBufferFull means a record waited MaxBlock for buffer space.
+	ErrBufferFull = errors.New("spool: producer buffer full")
+	// ErrDeliveryTimeout means a record was not written within
+	// DeliveryTimeout of being produced.
+	ErrDeliveryTimeout = errors.New("spool: delivery timeout")
+	// ErrProducerClosed means Produce after Close.
+	ErrProducerClosed = errors.New("spool: producer closed")
+)
+
+// Acks is how much of a write a producer waits for before a record counts
+// as delivered (acks). The zero value is AcksAll.
+type Acks int8
+
+// Acks values.
+const (
+	// AcksAll waits until the record is committed: on one broker, written
+	// to the log (and, under the Sync flush policy, on stable storage).
+	AcksAll Acks = iota
+	// AcksLeader waits until the partition leader has written the record;
+	// on one broker the same as AcksAll.
+	AcksLeader
+	// AcksNone reports delivery as soon as the record is accepted into a
+	// batch, with offset -1, and reports no later error.
+	AcksNone
+)
+
+// Producer defaults (Kafka's).
+const (
+	DefaultLinger          = 5 * time.Millisecond
+	DefaultBatchBytes      = 16 << 10
+	DefaultBufferBytes     = 32 << 20
+	DefaultMaxBlock        = 60 * time.Second
+	DefaultDeliveryTimeout = 120 * time.Second
+)
+
+// ProducerConfig configures a Producer. Zero fields take their defaults.
+type ProducerConfig struct {
+	// Acks is when a record counts as delivered (acks). Default AcksAll.
+	Acks Acks
+	// Linger is how long a batch waits for more records before it is
+	// written (linger.ms). Default 5 ms; negative: no wait.
+	Linger time.Duration
+	// BatchBytes is the size at which a batch is written without waiting
+	// out Linger (batch.size). Default 16 KiB.
+	BatchBytes int
+	// BufferBytes bounds the memory of records not yet delivered
+	// (buffer.memory). Default 32 MiB.
+	BufferBytes int
+	// MaxBlock is how long Produce waits for buffer space before failing
+	// with ErrBufferFull (max.block.ms). Default 60 s.
+	MaxBlock time.Duration
+	// DeliveryTimeout fails records not written this long after Produce
+	// with ErrDeliveryTimeout (delivery.timeout.ms). Default 120 s.
+	DeliveryTimeout time.Duration
+	// Compression is the batch codec (compression.type). Default: the
+	// topic's (TopicConfig.Compression).
+	Compression record.Codec
+	// Partitioner chooses partitions. Default: the broker's
+	// (Options.Partitioner).
+	Partitioner partition.Partitioner
+}
+
+// Producer batches records per partition and writes them in the
+// background, as Kafka's producer does: a batch is written when it reaches
+// BatchBytes or has waited Linger. Records produced to one partition are
+// written, and their callbacks called, in the order of the Produce calls.
+// Memory is bounded by BufferBytes. Safe for concurrent use.
+type Producer struct {
+	b   *Broker
+	cfg ProducerConfig
+
+	mu       sync.Mutex
+	topics   map[string]*producerTopic
+	used     int           // buffer bytes reserved by undelivered records
+	space    chan struct{} // closed when buffer space is freed, if someone waits
+	pending  int           // records accepted and not yet completed
+	idle     chan struct{} // closed when pending reaches 0, if someone waits
+	closed   bool
+	builders []*record.Builder // free builders
+
+	wake chan struct{} // tells the linger loop of an earlier deadline
+	stop chan struct{}
+	done chan struct{}
+}
+
+// producerTopic is a producer's state for one topic.
+type producerTopic struct {
+	t      *topic
+	tp     partition.TopicPartitioner
+	codec  record.Codec
+	max    int // the topic's MaxMessageBytes
+	accums []*accum
+}
+
+// accum accumulates one partition's records.
+type accum struct {
+	part     *partition.Partition
+	open     *batch    // the batch being filled, or nil
+	deadline time.Time // when open must be written
+	queue    []*batch  // sealed batches, in order
+	sending  bool      // a goroutine is writing queue
+}
+
+// batch is a batch of records and what to do when it is written.
+type batch struct {
+	bld      *record.Builder
+	cbs      []func(RecordMetadata, error)
+	ts       []int64 // record timestamps, Unix ms
+	reserved int     // buffer bytes
+	created  time.Time
+}
+
+// NewProducer returns a Producer writing to the broker.
+func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	switch {
+	case cfg.Linger == 0:
+		cfg.Linger = DefaultLinger
+	case cfg.Linger < 0:
+		cfg.Linger = 0
+	}
+	if cfg.BatchBytes == 0 {
+		cfg.BatchBytes = DefaultBatchBytes
+	}
+	if cfg.BufferBytes == 0 {
+		cfg.BufferBytes = DefaultBufferBytes
+	}
+	if cfg.MaxBlock == 0 {
+		cfg.MaxBlock = DefaultMaxBlock
+	}
+	if cfg.DeliveryTimeout == 0 {
+		cfg.DeliveryTimeout = DefaultDeliveryTimeout
+	}
+	if cfg.Partitioner == nil {
+		cfg.Partitioner = b.opts.Partitioner
+	}
+	if cfg.BatchBytes < 0 || cfg.BufferBytes < 0 || cfg.MaxBlock < 0 || cfg.DeliveryTimeout < 0 ||
+		cfg.Acks < AcksAll || cfg.Acks > AcksNone || cfg.Compression < record.None || cfg.Compression > record.ZSTD {
+		return nil, fmt.Errorf("%w: producer %+v", ErrInvalidConfig, cfg)
+	}
+	p := &Producer{
+		b: b, cfg: cfg, topics: map[string]*producerTopic{},
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	go p.lingerLoop()
+	return p, nil
+}
+
+// Produce adds a record to its partition's batch and returns; cb (which
+// may be nil) is called once, from another goroutine, when the record is
+// delivered or has failed. Produce blocks only while the buffer is full -
+// for up to MaxBlock, or until ctx ends - and then fails the record with
+// ErrBufferFull. Errors known at once (an unknown topic, a record too
+// large, a closed producer) are reported through cb before Produce returns.
+// The record's key, value and headers are copied: the caller may reuse them
+// when Produce returns.
+func (p *Producer) Produce(ctx context.Context, rec Record, cb func(RecordMetadata, error)) {
+	if cb == nil {
+		cb = func(RecordMetadata, error) {}
+	}
+	if err := p.produce(ctx, &rec, cb); err != nil {
+		cb(RecordMetadata{Topic: rec.Topic, Partition: rec.Partition, Offset: -1}, err)
+	}
+}
+
+func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetadata, error)) error {
+	pt, err := p.topicState(ctx, rec.Topic)
+	if err != nil {
+		return err
+	}
+	if rec.Timestamp.IsZero() {
+		rec.Timestamp = time.Now()
+	}
+	r := record.Record{Timestamp: rec.Timestamp, Key: rec.Key, Value: rec.Value, Headers: rec.Headers}
+	size := record.EncodedSize(&r, 0, 0) + 16 // the deltas' varints may grow
+	if size+record.HeaderSize > pt.max {
+		return fmt.Errorf("%w: record of about %d bytes, the topic takes batches of %d", ErrRecordTooLarge, size, pt.max)
+	}
+	if size > p.cfg.BufferBytes {
+		return fmt.Errorf("%w: record of about %d bytes is larger than BufferBytes %d", ErrRecordTooLarge, size, p.cfg.BufferBytes)
+	}
+
+	p.mu.Lock()
+	if err := p.reserve(ctx, size); err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	parts := pt.t.partitions()
+	n := pt.tp.Partition(r.Key, rec.Partition, int32(len(parts)))
+	if n < 0 || int(n) >= len(parts) {
+		p.release(size)
+		p.mu.Unlock()
+		return fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, rec.Topic, rec.Partition, len(parts))
+	}
+	for len(pt.accums) < len(parts) { // the topic grew
+		pt.accums = append(pt.accums, &accum{part: parts[len(pt.accums)]})
+	}
+	a := pt.accums[n]
+	if a.open != nil && (a.open.bld.Size()+size > p.cfg.BatchBytes || a.open.bld.Size()+size > pt.max) {
+		p.seal(pt, n, a)
+	}
+	if a.open == nil {
+		a.open = p.newBatch(pt.codec)
+		a.deadline = time.Now().Add(p.cfg.Linger)
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+	bt := a.open
+	if err := bt.bld.Add(&r); err != nil {
+		if bt.bld.Len() == 0 {
+			p.putBuilder(bt.bld)
+			a.open = nil
+		}
+		p.release(size)
+		p.mu.Unlock()
+		return err
+	}
+	bt.reserved += size
+	bt.ts = append(bt.ts, r.Timestamp.UnixMilli())
+	p.pending++
+	if p.cfg.Acks == AcksNone {
+		bt.cbs = append(bt.cbs, nil)
+	} else {
+		bt.cbs = append(bt.cbs, cb)
+	}
+	if bt.bld.Size() >= p.cfg.BatchBytes || p.cfg.Linger == 0 {
+		p.seal(pt, n, a)
+	}
+	p.mu.Unlock()
+	if p.cfg.Acks == AcksNone {
+		cb(RecordMetadata{Topic: rec.Topic, Partition: n, Offset: -1, Timestamp: rec.Timestamp.Truncate(time.Millisecond)}, nil)
+	}
+	return nil
+}
+
+// topicState returns the producer's state for a topic, creating the topic
+// if the broker allows.
+func (p *Producer) topicState(ctx context.Context, name string) (*producerTopic, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrProducerClosed
+	}
+	pt := p.topics[name]
+	p.mu.Unlock()
+	if pt != nil && p.b.snapshot()[name] == pt.t {
+		return pt, nil
+	}
+	t, err := p.b.topic(ctx, name, true)
+	if err != nil {
+		return nil, err
+	}
+	cfg := p.b.effective(t.config)
+	codec := p.cfg.Compression
+	if codec == record.None {
+		codec = cfg.Compression
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pt = p.topics[name]; pt == nil || pt.t != t {
+		pt = &producerTopic{t: t, tp: p.cfg.Partitioner.ForTopic(name), codec: codec, max: cfg.MaxMessageBytes}
+		p.topics[name] = pt
+	}
+	return pt, nil
+}
+
+// reserve takes size bytes of buffer, waiting for space up to MaxBlock.
+// Called with mu held; it may release and retake it.
+func (p *Producer) reserve(ctx context.Context, size int) error {
+	var timer *time.Timer
+	for p.used+size > p.cfg.BufferBytes {
+		if p.closed {
+			return ErrProducerClosed
+		}
+		if timer == nil {
+			timer = time.NewTimer(p.cfg.MaxBlock)
+			defer timer.Stop()
+		}
+		if p.space == nil {
+			p.space = make(chan struct{})
+		}
+		space := p.space
+		p.mu.Unlock()
+		select {
+		case <-space:
+			p.mu.Lock()
+		case <-timer.C:
+			p.mu.Lock()
+			return fmt.Errorf("%w: waited %v for %d bytes (%d of %d in use)", ErrBufferFull, p.cfg.MaxBlock, size, p.used, p.cfg.BufferBytes)
+		case <-ctx.Done():
+			p.mu.Lock()
+			return ctx.Err()
+		}
+	}
+	p.used += size
+	return nil
+}
+
+// release returns buffer bytes. Called with mu held.
+func (p *Producer) release(size int) {
+	p.used -= size
+	if p.space != nil {
+		close(p.space)
+		p.space = nil
+	}
+}
+
+func (p *Producer) newBatch(codec record.Codec) *batch {
+	var bld *record.Builder
+	if n := len(p.builders); n > 0 {
+		bld, p.builders = p.builders[n-1], p.builders[:n-1]
+	} else {
+		bld = new(record.Builder)
+	}
+	bld.Reset(record.BatchOptions{Compression: codec})
+	return &batch{bld: bld, created: time.Now()}
+}
+
+func (p *Producer) putBuilder(bld *record.Builder) {
+	if len(p.builders) < 64 {
+		p.builders = append(p.builders, bld)
+	}
+}
+
+// seal closes partition n's open batch and queues it for writing. Called
+// with mu held.
+func (p *Producer) seal(pt *producerTopic, n int32, a *accum) {
+	if a.open == nil {
+		return
+	}
+	a.queue = append(a.queue, a.open)
+	a.open = nil
+	pt.tp.OnNewBatch(n)
+	if !a.sending {
+		a.sending = true
+		go p.send(a)
+	}
+}
+
+// send writes a partition's sealed batches in order, then exits.
+func (p *Producer) send(a *accum) {
+	for {
+		p.mu.Lock()
+		if len(a.queue) == 0 {
+			a.sending = false
+			p.mu.Unlock()
+			return
+		}
+		bt := a.queue[0]
+		a.queue[0] = nil
+		a.queue = a.queue[1:]
+		p.mu.Unlock()
+
+		base, err := int64(-1), error(nil)
+		if time.Since(bt.created) > p.cfg.DeliveryTimeout {
+			err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, time.Since(bt.created).Round(time.Millisecond))
+		} else if b, berr := bt.bld.Build(); berr != nil {
+			err = berr
+		} else {
+			base, err = a.part.AppendTrusted(b)
+			err = p.b.wrapClosed(err)
+		}
+		for i, cb := range bt.cbs {
+			if cb == nil {
+				continue // AcksNone: reported already
+			}
+			md := RecordMetadata{Topic: a.part.Topic(), Partition: a.part.ID(), Offset: -1, Timestamp: time.UnixMilli(bt.ts[i])}
+			if err == nil {
+				md.Offset = base + int64(i)
+			}
+			cb(md, err)
+		}
+
+		p.mu.Lock()
+		p.release(bt.reserved)
+		p.pending -= len(bt.cbs)
+		if p.pending == 0 && p.idle != nil {
+			close(p.idle)
+			p.idle = nil
+		}
+		p.putBuilder(bt.bld)
+		p.mu.Unlock()
+	}
+}
+
+// lingerLoop seals batches whose Linger has passed.
+func (p *Producer) lingerLoop() {
+	defer close(p.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.wake:
+		case <-timer.C:
+		}
+		next := p.sealDue(time.Now())
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		if next.IsZero() {
+			timer.Reset(time.Hour)
+		} else {
+			timer.Reset(time.Until(next))
+		}
+	}
+}
+
+// sealDue seals every open batch whose deadline is at or before now and
+// returns the earliest deadline left (zero: none).
+func (p *Producer) sealDue(now time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var next time.Time
+	for _, pt := range p.topics {
+		for n, a := range pt.accums {
+			if a.open == nil {
+				continue
+			}
+			if !a.deadline.After(now) {
+				p.seal(pt, int32(n), a)
+			} else if next.IsZero() || a.deadline.Before(next) {
+				next = a.deadline
+			}
+		}
+	}
+	return next
+}
+
+// Flush writes every batch now, without waiting out Linger, and returns
+// once every record produced before the call is delivered or failed, or ctx
+// ends.
+func (p *Producer) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	for _, pt := range p.topics {
+		for n, a := range pt.accums {
+			p.seal(pt, int32(n), a)
+		}
+	}
+	if p.pending == 0 {
+		p.mu.Unlock()
+		return nil
+	}
+	if p.idle == nil {
+		p.idle = make(chan struct{})
+	}
+	idle := p.idle
+	p.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close flushes the producer (waiting up to DeliveryTimeout) and stops it;
+// Produce fails with ErrProducerClosed afterwards.
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrProducerClosed
+	}
+	p.closed = true
+	if p.space != nil { // wake producers blocked for space: they fail
+		close(p.space)
+		p.space = nil
+	}
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DeliveryTimeout)
+	defer cancel()
+	err := p.Flush(ctx)
+	close(p.stop)
+	<-p.done
+	return err
+}

@@ -1,0 +1,211 @@
+package spool
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spoolmq/spool/internal/vfs"
+	"github.com/spoolmq/spool/record"
+)
+
+// TopicID is a topic's stable identity: 16 random bytes, as Kafka's topic
+// UUIDs. A topic deleted and created again under the same name gets a new
+// one, so nothing of the old incarnation is mistaken for the new.
+type TopicID [16]byte
+
+// String is the ID in Kafka's notation: URL-safe base64 without padding.
+func (id TopicID) String() string { return base64.RawURLEncoding.EncodeToString(id[:]) }
+
+// ParseTopicID parses the notation String produces.
+func ParseTopicID(s string) (TopicID, error) {
+	var id TopicID
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != len(id) {
+		return id, fmt.Errorf("spool: topic id %q: not 16 bytes of base64", s)
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+func newTopicID() TopicID {
+	var id TopicID
+	for id == (TopicID{}) { // the zero ID means "none" in Kafka
+		_, _ = rand.Read(id[:])
+	}
+	return id
+}
+
+// The registry is the file that lists the topics: names, IDs, partition
+// counts and each topic's own settings. It is replaced atomically with a
+// CRC, like the logs' checkpoints.
+//
+//	<data dir>/topics.json          the registry
+//	<data dir>/<topic>-<n>/         partition n of a topic
+//	  partition.metadata            "version: 0" and "topic_id: <id>", as Kafka writes it
+//	<data dir>/<topic>-<n>.<id>-delete/   a deleted topic's partition, being removed
+const (
+	registryFile      = "topics.json"
+	partitionMetaFile = "partition.metadata"
+	deleteSuffix      = "-delete"
+)
+
+type registry struct {
+	Version int             `json:"version"`
+	Topics  []registryTopic `json:"topics"`
+}
+
+type registryTopic struct {
+	Name       string      `json:"name"`
+	ID         string      `json:"id"`
+	Partitions int32       `json:"partitions"`
+	Config     topicConfig `json:"config,omitempty"`
+	Created    time.Time   `json:"created"`
+}
+
+// topicConfig is TopicConfig in the registry, under Kafka's names; only the
+// fields a topic sets itself are written.
+type topicConfig struct {
+	SegmentBytes   int64  `json:"segment.bytes,omitempty"`
+	SegmentMs      int64  `json:"segment.ms,omitempty"`
+	RetentionMs    int64  `json:"retention.ms,omitempty"`
+	RetentionBytes int64  `json:"retention.bytes,omitempty"`
+	CleanupPolicy  string `json:"cleanup.policy,omitempty"`
+	Compression    int8   `json:"compression.type,omitempty"`
+	MaxMessage     int    `json:"max.message.bytes,omitempty"`
+}
+
+func toStored(c TopicConfig) topicConfig {
+	return topicConfig{
+		SegmentBytes:   c.SegmentBytes,
+		SegmentMs:      c.SegmentAge.Milliseconds(),
+		RetentionMs:    durationMs(c.RetentionTime),
+		RetentionBytes: c.RetentionBytes,
+		CleanupPolicy:  string(c.CleanupPolicy),
+		Compression:    int8(c.Compression),
+		MaxMessage:     c.MaxMessageBytes,
+	}
+}
+
+func durationMs(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return d.Milliseconds()
+}
+
+func fromStored(s topicConfig, partitions int32) TopicConfig {
+	c := TopicConfig{
+		Partitions:      partitions,
+		SegmentBytes:    s.SegmentBytes,
+		SegmentAge:      time.Duration(s.SegmentMs) * time.Millisecond,
+		RetentionTime:   time.Duration(s.RetentionMs) * time.Millisecond,
+		RetentionBytes:  s.RetentionBytes,
+		CleanupPolicy:   CleanupPolicy(s.CleanupPolicy),
+		MaxMessageBytes: s.MaxMessage,
+	}
+	c.Compression = record.Codec(s.Compression)
+	if s.RetentionMs < 0 {
+		c.RetentionTime = -1
+	}
+	return c
+}
+
+var errBadRegistry = errors.New("spool: topic registry is damaged")
+
+// readRegistry reads the registry; a missing file is os.ErrNotExist.
+func readRegistry(dir string) (registry, error) {
+	var r registry
+	data, err := os.ReadFile(filepath.Join(dir, registryFile))
+	if err != nil {
+		return r, err
+	}
+	body, sum, ok := strings.Cut(string(data), "\ncrc32c ")
+	want, perr := strconv.ParseUint(strings.TrimSpace(sum), 16, 32)
+	if !ok || perr != nil || uint32(want) != crc32.Checksum([]byte(body), castagnoli) {
+		return r, fmt.Errorf("%w: %s: crc32c mismatch", errBadRegistry, filepath.Join(dir, registryFile))
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		return r, fmt.Errorf("%w: %v", errBadRegistry, err)
+	}
+	if r.Version != 1 {
+		return r, fmt.Errorf("%w: version %d", errBadRegistry, r.Version)
+	}
+	return r, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func writeRegistry(dir string, r registry) error {
+	r.Version = 1
+	body, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	data := fmt.Appendf(body, "\ncrc32c %08x\n", crc32.Checksum(body, castagnoli))
+	if err := vfs.WriteFileAtomic(vfs.Default, filepath.Join(dir, registryFile), data); err != nil {
+		return fmt.Errorf("spool: write topic registry: %w", err)
+	}
+	return nil
+}
+
+// partitionDir is the directory of partition n of topic.
+func partitionDir(dir, topic string, n int32) string {
+	return filepath.Join(dir, topic+"-"+strconv.Itoa(int(n)))
+}
+
+// parsePartitionDir splits "<topic>-<n>" (topic names may hold '-').
+func parsePartitionDir(name string) (topic string, n int32, ok bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	v, err := strconv.ParseInt(name[i+1:], 10, 32)
+	if err != nil || v < 0 || strconv.Itoa(int(v)) != name[i+1:] {
+		return "", 0, false
+	}
+	return name[:i], int32(v), true
+}
+
+// writePartitionMeta records the topic ID in a partition directory, as
+// Kafka's partition.metadata does.
+func writePartitionMeta(dir string, id TopicID) error {
+	data := []byte("version: 0\ntopic_id: " + id.String() + "\n")
+	return vfs.WriteFileAtomic(vfs.Default, filepath.Join(dir, partitionMetaFile), data)
+}
+
+// readPartitionMeta returns the topic ID recorded in a partition directory.
+func readPartitionMeta(dir string) (TopicID, error) {
+	data, err := os.ReadFile(filepath.Join(dir, partitionMetaFile))
+	if err != nil {
+		return TopicID{}, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "topic_id: "); ok {
+			return ParseTopicID(strings.TrimSpace(v))
+		}
+	}
+	return TopicID{}, fmt.Errorf("spool: %s: no topic_id", filepath.Join(dir, partitionMetaFile))
+}
+
+// ValidTopicName checks a topic name as Kafka does: 1 to 249 characters of
+// [a-zA-Z0-9._-], and not "." or "..".
+func ValidTopicName(name string) error {
+	if name == "" || name == "." || name == ".." || len(name) > 249 {
+		return fmt.Errorf("%w: %q", ErrInvalidTopic, name)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q has %q; use [a-zA-Z0-9._-]", ErrInvalidTopic, name, c)
+		}
+	}
+	return nil
+}
