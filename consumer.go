@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -401,6 +402,18 @@ func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struc
 // the position past them. Uncompressed records alias batches, which belongs
 // to this Poll; compressed ones get a buffer of their own.
 func (c *Consumer) decode(recs []Record, a *assignment, batches []byte) ([]Record, error) {
+	// Size the result once: growing it record by record copies it over
+	// and over.
+	count := 0
+	for rest := batches; len(rest) > 0; {
+		b, n, err := record.ParseBatch(rest)
+		if err != nil {
+			break
+		}
+		count += int(b.NumRecords())
+		rest = rest[n:]
+	}
+	recs = slices.Grow(recs, count)
 	var it record.Iterator
 	for len(batches) > 0 {
 		b, n, err := record.ParseBatch(batches)

@@ -1,5 +1,6 @@
-// Quickstart appends records to a durable log, reads them back, closes the
-// log, reopens it and shows that the records survived.
+// Quickstart runs spool's embedded broker: it creates a topic with three
+// partitions, produces keyed records, consumes them, closes the broker,
+// reopens it and resumes consuming where it left off.
 //
 //	go run ./examples/quickstart            # in a fresh temporary directory
 //	go run ./examples/quickstart -data dir  # in dir, which persists across runs
@@ -7,17 +8,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"time"
 
-	"github.com/spoolmq/spool/log"
-	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool"
 )
 
 func main() {
-	data := flag.String("data", "", "log directory (default: a new temporary directory)")
+	data := flag.String("data", "", "data directory (default: a new temporary directory)")
 	flag.Parse()
 	if err := run(*data); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
@@ -34,89 +36,125 @@ func run(dir string) error {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
+	ctx := context.Background()
 
-	// Open (or create) the log. The default flush policy is Sync: an
-	// append returns once its batch is on stable storage.
-	l, err := log.Open(dir, log.Options{})
+	// Open the broker. Every partition is a durable log; by default an
+	// acknowledged record is on stable storage (the Sync flush policy).
+	b, err := spool.Open(dir, spool.Options{})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("opened %s: offsets [%d, %d)\n", dir, l.StartOffset(), l.EndOffset())
-
-	// Append three records as one batch; they get consecutive offsets.
-	first, err := l.Append(
-		record.Record{Key: []byte("user-1"), Value: []byte("signed up")},
-		record.Record{Key: []byte("user-2"), Value: []byte("signed up")},
-		record.Record{Key: []byte("user-1"), Value: []byte("bought a book"),
-			Headers: []record.Header{{Key: "source", Value: []byte("web")}}},
-	)
-	if err != nil {
+	err = b.CreateTopic(ctx, "orders", spool.TopicConfig{Partitions: 3})
+	if err != nil && !errors.Is(err, spool.ErrTopicExists) { // -data: a second run
 		return err
 	}
-	fmt.Printf("appended 3 records at offsets %d-%d\n", first, first+2)
+	fmt.Printf("broker in %s, topic orders with 3 partitions\n", dir)
 
-	// Read them back. Read returns whole batches; an Iterator decodes
-	// them after checking their CRC.
-	if err := printFrom(l, first); err != nil {
+	// Produce keyed records. A Producer batches per partition; records
+	// with the same key land in the same partition (Kafka's murmur2), in
+	// order.
+	if err := produce(ctx, b, []string{"alice", "bob", "carol"}, 1); err != nil {
 		return err
 	}
 
-	// Close cleanly, then reopen: the records are still there, and a clean
-	// reopen checks nothing.
-	if err := l.Close(); err != nil {
-		return err
-	}
-	l, info, err := log.OpenWithInfo(dir, log.Options{})
+	// Consume everything from the start of each partition.
+	c, err := b.NewConsumer(spool.ConsumerConfig{FetchMaxWait: 100 * time.Millisecond})
 	if err != nil {
 		return err
 	}
-	defer l.Close()
-	fmt.Printf("reopened (clean shutdown: %v): offsets [%d, %d)\n", info.Clean, l.StartOffset(), l.EndOffset())
-	if err := printFrom(l, first); err != nil {
+	if err := c.Assign("orders"); err != nil {
 		return err
+	}
+	if err := c.SeekToStart("orders"); err != nil {
+		return err
+	}
+	if err := consume(ctx, c, 6); err != nil {
+		return err
+	}
+	// Remember where we are; consumer groups will keep this for us.
+	positions := map[int32]int64{}
+	for _, tp := range c.Assignment() {
+		positions[tp.Partition], _ = c.Position(tp.Topic, tp.Partition)
+	}
+	c.Close()
+
+	// Close the broker and open it again: the records are still there.
+	if err := b.Close(); err != nil {
+		return err
+	}
+	b, err = spool.Open(dir, spool.Options{})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	d, err := b.DescribeTopic("orders")
+	if err != nil {
+		return err
+	}
+	fmt.Println("reopened; partitions (start, end):")
+	for _, p := range d.Partitions {
+		fmt.Printf("  %d: [%d, %d)\n", p.Partition, p.StartOffset, p.EndOffset)
 	}
 
-	// A Reader follows the log, waiting for new records.
-	r := l.NewReader(l.EndOffset())
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		l.Append(record.Record{Value: []byte("a late arrival")})
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	b, err := r.Next(ctx)
+	// More records arrive; a consumer resumes where the last one stopped.
+	if err := produce(ctx, b, []string{"alice", "dave"}, 2); err != nil {
+		return err
+	}
+	c, err = b.NewConsumer(spool.ConsumerConfig{FetchMaxWait: 100 * time.Millisecond})
 	if err != nil {
 		return err
 	}
-	recs, err := b.Records()
-	if err != nil {
+	defer c.Close()
+	if err := c.Assign("orders"); err != nil {
 		return err
 	}
-	fmt.Printf("reader woke up for offset %d: %q\n", recs[0].Offset, recs[0].Value)
-	return nil
+	for p, off := range positions {
+		if err := c.Seek("orders", p, off); err != nil {
+			return err
+		}
+	}
+	fmt.Println("resuming:")
+	return consume(ctx, c, 4)
 }
 
-func printFrom(l *log.Log, offset int64) error {
-	buf, err := l.Read(offset, 1<<20)
+// produce sends two orders per customer and waits for them to be written.
+func produce(ctx context.Context, b *spool.Broker, customers []string, round int) error {
+	p, err := b.NewProducer(spool.ProducerConfig{})
 	if err != nil {
 		return err
 	}
-	var it record.Iterator
-	for len(buf) > 0 {
-		b, n, err := record.ParseBatch(buf)
+	errs := make(chan error, 16)
+	for i := 0; i < 2; i++ {
+		for _, who := range customers {
+			value := fmt.Sprintf("%s order %d.%d", who, round, i)
+			p.Produce(ctx, spool.Record{Topic: "orders", Key: []byte(who), Value: []byte(value)},
+				func(md spool.RecordMetadata, err error) {
+					if err != nil {
+						errs <- err
+					}
+				})
+		}
+	}
+	if err := p.Close(); err != nil { // flushes
+		return err
+	}
+	close(errs)
+	return <-errs
+}
+
+// consume polls until n records have arrived and prints them by partition.
+func consume(ctx context.Context, c *spool.Consumer, n int) error {
+	var got []spool.Record
+	for len(got) < n {
+		recs, err := c.Poll(ctx)
 		if err != nil {
 			return err
 		}
-		for it.Reset(b); it.Next(); {
-			r := it.Record()
-			if r.Offset >= offset {
-				fmt.Printf("  %d  %s  %-7s %q\n", r.Offset, r.Timestamp.Format(time.TimeOnly), r.Key, r.Value)
-			}
-		}
-		if err := it.Err(); err != nil {
-			return err
-		}
-		buf = buf[n:]
+		got = append(got, recs...)
+	}
+	sort.SliceStable(got, func(i, j int) bool { return got[i].Partition < got[j].Partition })
+	for _, r := range got {
+		fmt.Printf("  partition %d offset %d  %-6s %s\n", r.Partition, r.Offset, r.Key, r.Value)
 	}
 	return nil
 }

@@ -1,0 +1,122 @@
+package spool
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/log"
+)
+
+// BenchmarkProducer measures one goroutine producing 100-byte records
+// through a Producer with default batching: records/s is the issue's
+// "producer, 100 B records, one goroutine" figure. Each op is one record;
+// the Flush at the end is timed.
+func BenchmarkProducer(b *testing.B) {
+	for _, flush := range []log.FlushPolicy{log.None, log.Sync} {
+		for _, parts := range []int32{1, 6} {
+			for _, size := range []int{100, 1024} {
+				b.Run(fmt.Sprintf("flush=%s/partitions=%d/size=%d", flush, parts, size), func(b *testing.B) {
+					br := openBroker(b, b.TempDir(), Options{Flush: flush})
+					defer br.Close()
+					ctx := context.Background()
+					if err := br.CreateTopic(ctx, "t", TopicConfig{Partitions: parts, MaxMessageBytes: 1 << 20}); err != nil {
+						b.Fatal(err)
+					}
+					p, err := br.NewProducer(ProducerConfig{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					values := make([][]byte, 64)
+					for i := range values {
+						values[i] = make([]byte, size)
+						for j := range values[i] {
+							values[i][j] = byte('a' + rand.IntN(26))
+						}
+					}
+					var failed atomic.Int64
+					cb := func(_ RecordMetadata, err error) {
+						if err != nil {
+							failed.Add(1)
+						}
+					}
+					b.SetBytes(int64(size))
+					b.ReportAllocs()
+					start := time.Now()
+					for i := 0; b.Loop(); i++ {
+						p.Produce(ctx, Record{Topic: "t", Value: values[i%len(values)]}, cb)
+					}
+					if err := p.Flush(ctx); err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+					if failed.Load() > 0 {
+						b.Fatalf("%d records failed", failed.Load())
+					}
+					p.Close()
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkConsumerReplay measures a Consumer reading 100-byte records from
+// the start of a partition that already holds them: one op is one record.
+func BenchmarkConsumerReplay(b *testing.B) {
+	const records = 1_000_000
+	br := openBroker(b, b.TempDir(), Options{Flush: log.None})
+	defer br.Close()
+	ctx := context.Background()
+	if err := br.CreateTopic(ctx, "t", TopicConfig{Partitions: 1}); err != nil {
+		b.Fatal(err)
+	}
+	p, _ := br.NewProducer(ProducerConfig{})
+	value := make([]byte, 100)
+	for i := 0; i < records; i++ {
+		p.Produce(ctx, Record{Topic: "t", Value: value}, nil)
+	}
+	if err := p.Close(); err != nil {
+		b.Fatal(err)
+	}
+	newConsumer := func() *Consumer {
+		c, err := br.NewConsumer(ConsumerConfig{FetchMaxWait: time.Millisecond})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Assign("t"); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.SeekToStart("t"); err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	b.SetBytes(100)
+	b.ReportAllocs()
+	start := time.Now()
+	c := newConsumer()
+	var recs []Record // polled, not yet counted
+	read := 0
+	for b.Loop() {
+		if len(recs) == 0 {
+			if read == records { // read it all: start over
+				c.Close()
+				c, read = newConsumer(), 0
+			}
+			var err error
+			if recs, err = c.Poll(ctx); err != nil {
+				b.Fatal(err)
+			}
+			read += len(recs)
+			if len(recs) == 0 {
+				b.Fatal("empty poll of a full partition")
+			}
+		}
+		recs = recs[1:]
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+	c.Close()
+}
