@@ -13,6 +13,7 @@ import (
 
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
 	"github.com/stretchr/testify/require"
 )
 
@@ -483,4 +484,104 @@ func TestManyProducersAndConsumers(t *testing.T) {
 			require.Equal(t, int64(producers*perProducer), total.Load())
 		})
 	}
+}
+
+func TestProducerSettings(t *testing.T) {
+	b := openBroker(t, t.TempDir(), Options{})
+	defer b.Close()
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{}))
+
+	// Compression: batches are written with the codec and read back.
+	p, err := b.NewProducer(ProducerConfig{Compression: record.ZSTD})
+	require.NoError(t, err)
+	for i := 0; i < 100; i++ {
+		p.Produce(ctx, Record{Topic: "t", Value: []byte(fmt.Sprintf("compressible %d compressible", i))}, nil)
+	}
+	require.NoError(t, p.Close())
+	part, err := b.Partition("t", 0)
+	require.NoError(t, err)
+	buf, err := part.Log().Read(0, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, byte(record.ZSTD), buf[22]&7, "zstd in the batch attributes")
+	require.Len(t, consumeAll(t, b, "t"), 100)
+
+	// AcksNone: delivered at once with offset -1, written all the same.
+	p, err = b.NewProducer(ProducerConfig{Acks: AcksNone, Linger: time.Hour})
+	require.NoError(t, err)
+	var md RecordMetadata
+	p.Produce(ctx, Record{Topic: "t", Value: []byte("fire and forget")}, func(m RecordMetadata, err error) {
+		require.NoError(t, err)
+		md = m
+	})
+	require.Equal(t, int64(-1), md.Offset)
+	require.NoError(t, p.Close())
+	require.Equal(t, int64(101), part.HighWatermark())
+
+	// DeliveryTimeout: a batch that waits longer than it fails.
+	p, err = b.NewProducer(ProducerConfig{Linger: 50 * time.Millisecond, DeliveryTimeout: 10 * time.Millisecond})
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	p.Produce(ctx, Record{Topic: "t", Value: []byte("late")}, func(_ RecordMetadata, err error) { errc <- err })
+	require.ErrorIs(t, <-errc, ErrDeliveryTimeout)
+	require.NoError(t, p.Close())
+	require.Equal(t, int64(101), part.HighWatermark(), "nothing written")
+
+	// Producing into a closed broker fails the record.
+	p, err = b.NewProducer(ProducerConfig{Linger: -1})
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	p.Produce(ctx, Record{Topic: "t", Value: []byte("x")}, func(_ RecordMetadata, err error) { errc <- err })
+	require.ErrorIs(t, <-errc, ErrClosed)
+}
+
+// An offset that retention (or DeleteRecords) removed is handled per
+// AutoOffsetReset.
+func TestOutOfRangeFollowsReset(t *testing.T) {
+	b := openBroker(t, t.TempDir(), Options{})
+	defer b.Close()
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{SegmentBytes: 1024}))
+	for i := 0; i < 100; i++ {
+		_, err := b.Produce(ctx, Record{Topic: "t", Value: []byte(fmt.Sprintf("value %03d", i))})
+		require.NoError(t, err)
+	}
+	part, _ := b.Partition("t", 0)
+	require.NoError(t, part.Log().DeleteRecordsBefore(60))
+
+	for _, tc := range []struct {
+		reset OffsetReset
+		first int64
+	}{{ResetEarliest, 60}, {ResetLatest, -1}} {
+		c, err := b.NewConsumer(ConsumerConfig{AutoOffsetReset: tc.reset, FetchMaxWait: time.Millisecond})
+		require.NoError(t, err)
+		require.NoError(t, c.Assign("t"))
+		require.NoError(t, c.Seek("t", 0, 10)) // deleted
+		recs, err := c.Poll(ctx)
+		require.NoError(t, err)
+		if tc.first < 0 {
+			require.Empty(t, recs)
+			pos, _ := c.Position("t", 0)
+			require.Equal(t, int64(100), pos)
+		} else {
+			require.Equal(t, tc.first, recs[0].Offset)
+		}
+		c.Close()
+	}
+}
+
+// The broker applies retention in the background.
+func TestBackgroundRetention(t *testing.T) {
+	b := openBroker(t, t.TempDir(), Options{RetentionCheckInterval: 10 * time.Millisecond})
+	defer b.Close()
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{SegmentBytes: 1024, RetentionBytes: 4096}))
+	for i := 0; i < 300; i++ {
+		_, err := b.Produce(ctx, Record{Topic: "t", Value: make([]byte, 50)})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		d, err := b.DescribeTopic("t")
+		return err == nil && d.Partitions[0].StartOffset > 0 && d.Partitions[0].Size <= 4096+1024
+	}, 10*time.Second, 10*time.Millisecond)
 }
