@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 )
@@ -356,50 +357,79 @@ func (p *Producer) seal(pt *producerTopic, n int32, a *accum) {
 	}
 }
 
-// send writes a partition's sealed batches in order, then exits.
+// send writes a partition's sealed batches in order, then exits. It takes
+// every batch queued so far, writes them all, and waits once for them to be
+// durable: under the Sync policy one fsync covers the batches that queued up
+// while the previous one ran.
 func (p *Producer) send(a *accum) {
+	var results []sendResult
 	for {
 		p.mu.Lock()
-		if len(a.queue) == 0 {
+		batches := a.queue
+		a.queue = nil
+		if len(batches) == 0 {
 			a.sending = false
 			p.mu.Unlock()
 			return
 		}
-		bt := a.queue[0]
-		a.queue[0] = nil
-		a.queue = a.queue[1:]
 		p.mu.Unlock()
 
-		base, err := int64(-1), error(nil)
-		if time.Since(bt.created) > p.cfg.DeliveryTimeout {
-			err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, time.Since(bt.created).Round(time.Millisecond))
-		} else if b, berr := bt.bld.Build(); berr != nil {
-			err = berr
-		} else {
-			base, err = a.part.AppendTrusted(b)
-			err = p.b.wrapClosed(err)
-		}
-		for i, cb := range bt.cbs {
-			if cb == nil {
-				continue // AcksNone: reported already
+		results = results[:0]
+		var last log.Pending
+		written := -1 // the last batch written
+		for i, bt := range batches {
+			r := sendResult{base: -1}
+			if age := time.Since(bt.created); age > p.cfg.DeliveryTimeout {
+				r.err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, age.Round(time.Millisecond))
+			} else if b, err := bt.bld.Build(); err != nil {
+				r.err = err
+			} else if r.base, last, r.err = a.part.AppendTrustedNoWait(b); r.err == nil {
+				written = i
 			}
-			md := RecordMetadata{Topic: a.part.Topic(), Partition: a.part.ID(), Offset: -1, Timestamp: time.UnixMilli(bt.ts[i])}
-			if err == nil {
-				md.Offset = base + int64(i)
+			results = append(results, r)
+		}
+		if written >= 0 {
+			if err := a.part.WaitDurable(last); err != nil {
+				for i := range results[:written+1] {
+					if results[i].err == nil {
+						results[i].err = err
+					}
+				}
 			}
-			cb(md, err)
 		}
-
-		p.mu.Lock()
-		p.release(bt.reserved)
-		p.pending -= len(bt.cbs)
-		if p.pending == 0 && p.idle != nil {
-			close(p.idle)
-			p.idle = nil
+		for i, bt := range batches {
+			p.complete(a, bt, results[i].base, p.b.wrapClosed(results[i].err))
 		}
-		p.putBuilder(bt.bld)
-		p.mu.Unlock()
 	}
+}
+
+type sendResult struct {
+	base int64
+	err  error
+}
+
+// complete reports a batch's records to their callbacks, in order, and
+// gives back its buffer space and builder.
+func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
+	for i, cb := range bt.cbs {
+		if cb == nil {
+			continue // AcksNone: reported already
+		}
+		md := RecordMetadata{Topic: a.part.Topic(), Partition: a.part.ID(), Offset: -1, Timestamp: time.UnixMilli(bt.ts[i])}
+		if err == nil {
+			md.Offset = base + int64(i)
+		}
+		cb(md, err)
+	}
+	p.mu.Lock()
+	p.release(bt.reserved)
+	p.pending -= len(bt.cbs)
+	if p.pending == 0 && p.idle != nil {
+		close(p.idle)
+		p.idle = nil
+	}
+	p.putBuilder(bt.bld)
+	p.mu.Unlock()
 }
 
 // lingerLoop seals batches whose Linger has passed.

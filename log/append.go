@@ -63,16 +63,46 @@ func (l *Log) AppendBatch(b record.Batch) (int64, error) {
 // whose header does not check out; everything else is the caller's promise.
 // Batches from outside the process (the network) go through AppendBatch.
 func (l *Log) AppendTrusted(b record.Batch) (int64, error) {
+	base, p, err := l.AppendTrustedNoWait(b)
+	if err != nil {
+		return 0, err
+	}
+	return base, l.WaitDurable(p)
+}
+
+// Pending is an append that has been written but, under the Sync policy,
+// may not be on stable storage yet: WaitDurable waits for it.
+type Pending struct {
+	end, truncs int64
+}
+
+// AppendTrustedNoWait is AppendTrusted without the wait for durability: it
+// writes the batch (appends are ordered as the calls are) and returns at
+// once. The caller must not report the batch as durable before WaitDurable
+// returns for it. A producer writes several batches of a partition this way
+// and waits once, so that one fsync covers them all.
+func (l *Log) AppendTrustedNoWait(b record.Batch) (int64, Pending, error) {
 	l.writers.Add(1)
 	if b.IsZero() || len(b.Bytes()) < record.HeaderSize {
 		l.writers.Add(-1)
-		return 0, fmt.Errorf("%w: empty batch", ErrCorrupt)
+		return 0, Pending{}, fmt.Errorf("%w: empty batch", ErrCorrupt)
 	}
 	if err := record.VerifyHeader(b.Bytes(), b.Size()); err != nil {
 		l.writers.Add(-1)
-		return 0, err
+		return 0, Pending{}, err
 	}
-	return l.append(b)
+	base, end, truncs, err := l.write(b)
+	return base, Pending{end: end, truncs: truncs}, err
+}
+
+// WaitDurable returns once the append p is on stable storage under the Sync
+// policy (at once under the others), or with the error that prevents it.
+// Waiting for an append waits for every append written before it.
+func (l *Log) WaitDurable(p Pending) error {
+	if l.opts.Flush.kind != flushSync || p.end == 0 {
+		return nil
+	}
+	return l.syncTo(p.end, p.truncs)
 }
 
 // SetLeaderEpoch makes every later append stamp epoch into its batch's

@@ -146,6 +146,15 @@ func (p *Partition) AppendBatch(b record.Batch) (int64, error) { return p.log.Ap
 // log.Log.AppendTrusted.
 func (p *Partition) AppendTrusted(b record.Batch) (int64, error) { return p.log.AppendTrusted(b) }
 
+// AppendTrustedNoWait writes a batch this process encoded without waiting
+// for it to be durable; see log.Log.AppendTrustedNoWait and WaitDurable.
+func (p *Partition) AppendTrustedNoWait(b record.Batch) (int64, log.Pending, error) {
+	return p.log.AppendTrustedNoWait(b)
+}
+
+// WaitDurable waits for an append made with AppendTrustedNoWait.
+func (p *Partition) WaitDurable(pd log.Pending) error { return p.log.WaitDurable(pd) }
+
 // OffsetForTime is the offset of the first record at or after t; see
 // log.Log.OffsetForTime.
 func (p *Partition) OffsetForTime(t time.Time) (int64, bool, error) { return p.log.OffsetForTime(t) }
