@@ -3,6 +3,8 @@ module github.com/spoolmq/spool
 go 1.26.8
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/edsrzf/mmap-go v1.2.0
 	github.com/klauspost/compress v1.20.4
 	github.com/pierrec/lz4/v4 v4.1.33
 	github.com/stretchr/testify v1.12.1
@@ -11,7 +13,6 @@ require (
 )
 
 require (
-	github.com/edsrzf/mmap-go v1.2.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 )

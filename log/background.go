@@ -84,7 +84,7 @@ func (l *Log) checkpoint() error {
 	}
 	l.markDurable(active, size, end)
 	rp := RecoveryPoint{Offset: end, SegmentBase: active.Base(), Position: size}
-	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: rp, StartOffset: l.start.Load()}); err != nil {
+	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: rp, StartOffset: l.start.Load(), CleanerOffset: l.cleanerOffset}); err != nil {
 		return l.fail(err)
 	}
 	l.rp = rp
@@ -94,7 +94,7 @@ func (l *Log) checkpoint() error {
 // writeStateLocked records the current recovery point with a new log start
 // offset. Called with cpMu held.
 func (l *Log) writeStateLocked(start int64) error {
-	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: l.rp, StartOffset: start}); err != nil {
+	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: l.rp, StartOffset: start, CleanerOffset: l.cleanerOffset}); err != nil {
 		return l.fail(err)
 	}
 	return nil

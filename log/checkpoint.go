@@ -19,19 +19,24 @@ import (
 // CRC, so a torn or damaged checkpoint is detected and treated as "recover
 // everything" rather than trusted.
 //
-//	spool-log-checkpoint 1
+//	spool-log-checkpoint 2
 //	recovery-point 368769 368000 1048576
 //	log-start-offset 0
 //	clean-shutdown false
+//	cleaner-offset 250000
 //	crc32c 5e3a9b1c
 //
 // recovery-point gives the offset before which every batch and index entry
 // is known to be on stable storage, with the segment (base offset) and byte
 // position where that offset lies: an unclean restart checks batches from
-// there on and nothing before.
+// there on and nothing before. cleaner-offset is where compaction's dirty
+// part of the log begins (version 1 files, without it, read as 0).
 const CheckpointFile = "checkpoint"
 
-const checkpointMagic = "spool-log-checkpoint 1"
+const (
+	checkpointMagicV1 = "spool-log-checkpoint 1"
+	checkpointMagic   = "spool-log-checkpoint 2"
+)
 
 // RecoveryPoint locates the first byte that may not be durable.
 type RecoveryPoint struct {
@@ -45,6 +50,7 @@ type Checkpoint struct {
 	RecoveryPoint RecoveryPoint
 	StartOffset   int64 // the log start offset
 	CleanShutdown bool  // the log was closed cleanly and has not been opened since
+	CleanerOffset int64 // offsets below have been compacted
 }
 
 // ErrBadCheckpoint means the checkpoint file is damaged (its CRC or layout
@@ -53,8 +59,8 @@ var ErrBadCheckpoint = errors.New("log: checkpoint file is damaged")
 
 func (c Checkpoint) encode() []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s\nrecovery-point %d %d %d\nlog-start-offset %d\nclean-shutdown %t\n",
-		checkpointMagic, c.RecoveryPoint.Offset, c.RecoveryPoint.SegmentBase, c.RecoveryPoint.Position, c.StartOffset, c.CleanShutdown)
+	fmt.Fprintf(&b, "%s\nrecovery-point %d %d %d\nlog-start-offset %d\nclean-shutdown %t\ncleaner-offset %d\n",
+		checkpointMagic, c.RecoveryPoint.Offset, c.RecoveryPoint.SegmentBase, c.RecoveryPoint.Position, c.StartOffset, c.CleanShutdown, c.CleanerOffset)
 	fmt.Fprintf(&b, "crc32c %08x\n", crc32.Checksum(b.Bytes(), castagnoli))
 	return b.Bytes()
 }
@@ -74,7 +80,13 @@ func ParseCheckpoint(data []byte) (Checkpoint, error) {
 		return c, fmt.Errorf("%w: crc32c mismatch", ErrBadCheckpoint)
 	}
 	lines := strings.Split(strings.TrimSpace(string(data[:i])), "\n")
-	if len(lines) != 4 || lines[0] != checkpointMagic {
+	switch {
+	case len(lines) == 4 && lines[0] == checkpointMagicV1:
+	case len(lines) == 5 && lines[0] == checkpointMagic:
+		if _, err := fmt.Sscanf(lines[4], "cleaner-offset %d", &c.CleanerOffset); err != nil || c.CleanerOffset < 0 {
+			return c, fmt.Errorf("%w: cleaner-offset: %v", ErrBadCheckpoint, err)
+		}
+	default:
 		return c, fmt.Errorf("%w: unexpected layout", ErrBadCheckpoint)
 	}
 	var clean string
@@ -111,8 +123,8 @@ func readCheckpoint(fsys vfs.FS, dir string) (Checkpoint, error) {
 
 // String describes the checkpoint on one line.
 func (c Checkpoint) String() string {
-	return fmt.Sprintf("recovery point offset %d (segment %d, position %d), log start offset %d, clean shutdown %t",
-		c.RecoveryPoint.Offset, c.RecoveryPoint.SegmentBase, c.RecoveryPoint.Position, c.StartOffset, c.CleanShutdown)
+	return fmt.Sprintf("recovery point offset %d (segment %d, position %d), log start offset %d, clean shutdown %t, cleaner offset %d",
+		c.RecoveryPoint.Offset, c.RecoveryPoint.SegmentBase, c.RecoveryPoint.Position, c.StartOffset, c.CleanShutdown, c.CleanerOffset)
 }
 
 func writeCheckpoint(fsys vfs.FS, dir string, c Checkpoint) error {

@@ -76,8 +76,11 @@ type Log struct {
 	durable  int64 // offsets below are on stable storage; guarded by syncMu
 
 	// cpMu serialises checkpoints; rp is the last recovery point written.
-	cpMu sync.Mutex
-	rp   RecoveryPoint
+	cpMu          sync.Mutex
+	rp            RecoveryPoint
+	cleanerOffset int64 // compaction has cleaned offsets below; guarded by cpMu
+
+	cleanMu sync.Mutex // one Clean at a time
 
 	notify   notifier
 	batchBuf sync.Pool // *[]byte, for Append's encoding
@@ -220,7 +223,8 @@ func (l *Log) load() (RecoveryInfo, error) {
 		return info, err
 	}
 	l.rp = RecoveryPoint{Offset: end, SegmentBase: l.active.Base(), Position: l.active.Size()}
-	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: l.rp, StartOffset: start}); err != nil {
+	l.cleanerOffset = min(cp.CleanerOffset, end)
+	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: l.rp, StartOffset: start, CleanerOffset: l.cleanerOffset}); err != nil {
 		return info, err
 	}
 	return info, nil
@@ -229,6 +233,9 @@ func (l *Log) load() (RecoveryInfo, error) {
 // scanDir lists the segments' base offsets and removes debris: temporary
 // files from interrupted writes and index files without a log.
 func (l *Log) scanDir() ([]int64, error) {
+	if err := l.finishSwaps(); err != nil {
+		return nil, err
+	}
 	entries, err := l.fs.ReadDir(l.dir)
 	if err != nil {
 		return nil, fmt.Errorf("log: %w", err)
@@ -472,7 +479,7 @@ func (l *Log) Close() error {
 		}
 		if err == nil {
 			rp := RecoveryPoint{Offset: l.next.Load(), SegmentBase: l.active.Base(), Position: l.active.Size()}
-			err = writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: rp, StartOffset: l.start.Load(), CleanShutdown: true})
+			err = writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: rp, StartOffset: l.start.Load(), CleanShutdown: true, CleanerOffset: l.cleanerOffset})
 		}
 		clean = err == nil
 	}

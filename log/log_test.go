@@ -71,6 +71,8 @@ func readAllBy(t testing.TB, l *Log, from int64, maxBytes func() int) []record.R
 					off = r.Offset + 1
 				}
 			}
+			// Compaction leaves batches whose last records are gone.
+			off = max(off, b.NextOffset())
 			buf = buf[n:]
 		}
 	}

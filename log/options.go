@@ -72,6 +72,49 @@ func ParseFlushPolicy(s string) (FlushPolicy, error) {
 	return Sync, fmt.Errorf("log: flush policy %q: want sync, none or interval:DURATION", s)
 }
 
+// CleanupPolicy is what happens to old records (cleanup.policy).
+type CleanupPolicy int8
+
+// Cleanup policies.
+const (
+	// Delete removes whole old segments by RetentionTime and
+	// RetentionBytes. The default.
+	Delete CleanupPolicy = iota
+	// Compact keeps the latest record of each key (see Clean) and
+	// retains the log otherwise.
+	Compact
+	// CompactDelete does both.
+	CompactDelete
+)
+
+// String is the policy as Kafka spells it.
+func (p CleanupPolicy) String() string {
+	switch p {
+	case Compact:
+		return "compact"
+	case CompactDelete:
+		return "compact,delete"
+	}
+	return "delete"
+}
+
+// ParseCleanupPolicy parses Kafka's spelling: delete, compact, or both
+// separated by a comma in either order.
+func ParseCleanupPolicy(s string) (CleanupPolicy, error) {
+	switch s {
+	case "delete", "":
+		return Delete, nil
+	case "compact":
+		return Compact, nil
+	case "compact,delete", "delete,compact":
+		return CompactDelete, nil
+	}
+	return Delete, fmt.Errorf("log: cleanup policy %q: want delete, compact or compact,delete", s)
+}
+
+func (p CleanupPolicy) compacts() bool { return p == Compact || p == CompactDelete }
+func (p CleanupPolicy) deletes() bool  { return p == Delete || p == CompactDelete }
+
 // Defaults. Each names the Kafka setting it mirrors.
 const (
 	DefaultSegmentBytes       = 1 << 30            // segment.bytes
@@ -80,6 +123,9 @@ const (
 	DefaultMaxMessageBytes    = 1 << 20            // max.message.bytes
 	DefaultCheckpointInterval = time.Minute        // log.flush.offset.checkpoint.interval.ms
 	DefaultRetentionCheck     = 5 * time.Minute    // log.retention.check.interval.ms
+	DefaultDeleteRetention    = 24 * time.Hour     // delete.retention.ms
+	DefaultDirtyRatio         = 0.5                // min.cleanable.dirty.ratio
+	DefaultCleanerBufferBytes = 32 << 20           // log.cleaner.dedupe.buffer.size (per clean)
 	minSegmentBytes           = record.HeaderSize  // room for one batch header
 	maxSegmentBytes           = segment.MaxSize    // 32-bit index positions
 	Unlimited                 = -1                 // for RetentionTime and RetentionBytes
@@ -125,6 +171,28 @@ type Options struct {
 	// (log.flush.offset.checkpoint.interval.ms). Default 1 minute. Rolling a
 	// segment also records it.
 	CheckpointInterval time.Duration
+	// Cleanup is what happens to old records (cleanup.policy). Default
+	// Delete.
+	Cleanup CleanupPolicy
+	// DeleteRetention is how long a tombstone (a record with a key and a
+	// nil value) outlives its timestamp in a compacted log, so that readers
+	// see the deletion (delete.retention.ms). Default 1 day.
+	DeleteRetention time.Duration
+	// MinCompactionLag keeps records younger than this out of compaction
+	// (min.compaction.lag.ms). Default 0.
+	MinCompactionLag time.Duration
+	// MaxCompactionLag makes a log eligible for cleaning, whatever its
+	// dirty ratio, once a dirty record is older than this
+	// (max.compaction.lag.ms). Default: no limit.
+	MaxCompactionLag time.Duration
+	// MinCleanableDirtyRatio is the share of the cleanable part of the log
+	// not yet cleaned above which Clean does its work
+	// (min.cleanable.dirty.ratio). Default 0.5.
+	MinCleanableDirtyRatio float64
+	// CleanerBufferBytes bounds the memory of the key map one clean builds
+	// (24 bytes a key); a log with more distinct dirty keys is cleaned in
+	// several passes (log.cleaner.dedupe.buffer.size). Default 32 MiB.
+	CleanerBufferBytes int
 	// Logger receives warnings about recovery and failures. Default: none.
 	Logger *slog.Logger
 
@@ -177,6 +245,27 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Compression < record.None || o.Compression > record.ZSTD {
 		return o, fmt.Errorf("log: %w: %d", record.ErrUnsupportedCodec, o.Compression)
+	}
+	if o.Cleanup < Delete || o.Cleanup > CompactDelete {
+		return o, fmt.Errorf("log: cleanup policy %d", o.Cleanup)
+	}
+	if o.DeleteRetention == 0 {
+		o.DeleteRetention = DefaultDeleteRetention
+	}
+	if o.MaxCompactionLag <= 0 {
+		o.MaxCompactionLag = math.MaxInt64
+	}
+	if o.MinCleanableDirtyRatio == 0 {
+		o.MinCleanableDirtyRatio = DefaultDirtyRatio
+	}
+	if o.MinCleanableDirtyRatio < 0 || o.MinCleanableDirtyRatio > 1 {
+		return o, fmt.Errorf("log: MinCleanableDirtyRatio %v out of [0, 1]", o.MinCleanableDirtyRatio)
+	}
+	if o.CleanerBufferBytes == 0 {
+		o.CleanerBufferBytes = DefaultCleanerBufferBytes
+	}
+	if o.CleanerBufferBytes < 1024 {
+		return o, fmt.Errorf("log: CleanerBufferBytes %d is too small", o.CleanerBufferBytes)
 	}
 	if o.CheckpointInterval <= 0 {
 		o.CheckpointInterval = DefaultCheckpointInterval

@@ -36,9 +36,12 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 // ApplyRetention deletes sealed segments by age (RetentionTime: the newest
 // record is older) and by size (RetentionBytes: the log is larger), oldest
 // first, never the active segment, and advances the log start offset past
-// them. It runs in the background every RetentionCheckInterval; it returns
+// them - when the cleanup policy includes delete. It runs in the background every RetentionCheckInterval; it returns
 // the number of segments deleted.
 func (l *Log) ApplyRetention() (int, error) {
+	if !l.opts.Cleanup.deletes() {
+		return 0, nil // compacted only: kept until compaction removes it
+	}
 	defer l.lockState()()
 	if err := l.writable(); err != nil {
 		return 0, err
@@ -59,7 +62,8 @@ func (l *Log) ApplyRetention() (int, error) {
 			if err != nil {
 				return 0, err
 			}
-			byTime = maxTS >= 0 && now-maxTS > l.opts.RetentionTime.Milliseconds()
+			// An empty segment (compaction can leave one) is expired.
+			byTime = s.Size() == 0 || maxTS >= 0 && now-maxTS > l.opts.RetentionTime.Milliseconds()
 		}
 		// Deleting it would leave the log start past the committed offset.
 		if !(bySize || byTime) || segs[n+1].Base() > l.committed.Load() {
@@ -152,6 +156,7 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 	if l.rp.Offset > end {
 		l.rp = RecoveryPoint{Offset: end, SegmentBase: l.active.Base(), Position: l.active.Size()}
 	}
+	l.cleanerOffset = min(l.cleanerOffset, end)
 	if err := l.writeStateLocked(l.start.Load()); err != nil {
 		return 0, err
 	}

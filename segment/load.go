@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/spoolmq/spool/index"
+	"github.com/spoolmq/spool/internal/vfs"
 	"github.com/spoolmq/spool/record"
 )
 
@@ -169,4 +170,39 @@ func (s *Segment) rebuildAfterMismatch(old *indexes) {
 	}
 	s.retired = append(s.retired, old)
 	s.idx.Store(ix)
+}
+
+// ScanEnd walks the batch headers of the .log file at path (any name: the
+// cleaner's swap files too) and returns the offset after its last batch,
+// or -1 for an empty file. It checks framing and offsets, not CRCs.
+func ScanEnd(fsys vfs.FS, path string) (int64, error) {
+	if fsys == nil {
+		fsys = vfs.Default
+	}
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	sc := newScanner(f, 0, st.Size(), 0)
+	defer sc.close()
+	next := int64(-1)
+	for {
+		pos := sc.pos
+		h, err := sc.next()
+		if err == io.EOF {
+			return next, nil
+		}
+		if err != nil {
+			return 0, &CorruptError{Path: path, Position: pos, Err: err}
+		}
+		if h.BaseOffset < next {
+			return 0, &CorruptError{Path: path, Position: pos, Err: fmt.Errorf("%w: base offset %d after %d", record.ErrCorrupt, h.BaseOffset, next)}
+		}
+		next = h.NextOffset()
+	}
 }
