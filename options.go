@@ -23,6 +23,8 @@ var (
 	ErrInvalidConfig    = errors.New("spool: invalid configuration")
 	ErrRecordTooLarge   = record.ErrRecordTooLarge
 	ErrOffsetOutOfRange = log.ErrOffsetOutOfRange
+	// ErrLocked means another process has the data directory open.
+	ErrLocked = log.ErrLocked
 )
 
 // Toggle is an on/off setting whose zero value means "the default".
@@ -117,10 +119,11 @@ type TopicConfig struct {
 	// (segment.ms). Default 7 days.
 	SegmentAge time.Duration
 	// RetentionTime deletes segments whose newest record is older
-	// (retention.ms). Default 7 days; log.Unlimited keeps everything.
+	// (retention.ms). Default 7 days; any negative value keeps everything
+	// (Kafka's -1).
 	RetentionTime time.Duration
 	// RetentionBytes deletes a partition's oldest segments while it is
-	// larger (retention.bytes). Default unlimited.
+	// larger (retention.bytes). Default, or any negative value: unlimited.
 	RetentionBytes int64
 	// CleanupPolicy is what retention does (cleanup.policy). Default delete.
 	CleanupPolicy CleanupPolicy
@@ -137,7 +140,7 @@ func (c TopicConfig) validate() error {
 	switch {
 	case c.Partitions < 0:
 		return fmt.Errorf("%w: Partitions %d", ErrInvalidConfig, c.Partitions)
-	case c.SegmentBytes < 0, c.SegmentAge < 0, c.RetentionBytes < 0 && c.RetentionBytes != log.Unlimited, c.MaxMessageBytes < 0:
+	case c.SegmentBytes < 0, c.SegmentAge < 0, c.MaxMessageBytes < 0:
 		return fmt.Errorf("%w: negative size or age in %+v", ErrInvalidConfig, c)
 	case c.CleanupPolicy != "" && c.CleanupPolicy != CleanupDelete:
 		return fmt.Errorf("%w: cleanup policy %q", ErrInvalidConfig, c.CleanupPolicy)
