@@ -2,10 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,10 +16,27 @@ import (
 	"github.com/spoolmq/spool/segment"
 )
 
-// TestBinary builds the real spool binary and runs it, to check what the
-// in-process tests cannot: that main wires run to the process's exit
-// status and streams.
-func TestBinary(t *testing.T) {
+// The binary is built once for the tests that run it, in binDir, which
+// TestMain removes.
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// spoolBinary builds the spool binary (once per test process) and returns
+// its path. It skips the test with -short or without the go command.
+func spoolBinary(t *testing.T) string {
+	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("go is not on PATH")
@@ -25,10 +44,26 @@ func TestBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a binary")
 	}
-	bin := filepath.Join(t.TempDir(), "spool")
-	build := exec.Command(goTool, "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "spool-test-bin-")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "spool")
+		out, err := exec.Command(goTool, "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+// TestBinary builds the real spool binary and runs it, to check what the
+// in-process tests cannot: that main wires run to the process's exit
+// status and streams.
+func TestBinary(t *testing.T) {
+	bin := spoolBinary(t)
 
 	data := t.TempDir()
 	logs := makeLog(t, filepath.Join(data, "events-0"), 40)
@@ -107,7 +142,7 @@ func FuzzLogFile(f *testing.F) {
 			{"dump", sibling(logPath, segment.TimeIndexSuffix)},
 			{"check", dir},
 		} {
-			if code, out, _ := spool(t, args...); code != exitOK && code != exitProblem {
+			if code, out, _ := runTool(t, args...); code != exitOK && code != exitProblem {
 				t.Fatalf("%v: exit %d\n%s", args, code, out)
 			}
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -59,7 +60,7 @@ type checker struct {
 // or the data directory of partition directories, at args' PATH. It
 // returns 1 if any corruption was found, 0 if none (warnings alone do not
 // count), 2 on usage errors or when PATH cannot be read.
-func runCheck(args []string, stdout, stderr io.Writer) int {
+func runCheck(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quiet := fs.Bool("quiet", false, "print only errors and warnings, no progress, info or summary")

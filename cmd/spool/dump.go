@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,7 +33,7 @@ type dumper struct {
 // held a problem (a batch that does not frame or verify, records that do
 // not decode, an index entry that disagrees with its log), 0 otherwise, 2
 // on usage errors.
-func runDump(args []string, stdout, stderr io.Writer) int {
+func runDump(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	records := fs.Bool("records", false, "also print every record of every batch (offset, timestamp, key, value, headers)")

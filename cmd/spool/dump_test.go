@@ -38,7 +38,7 @@ func TestDumpLog(t *testing.T) {
 		records += c
 	}
 
-	code, out, stderr := spool(t, "dump", path)
+	code, out, stderr := runTool(t, "dump", path)
 	require.Equal(t, exitOK, code, out+stderr)
 	require.Equal(t, len(positions), linesWithPrefix(out, "position: "), out)
 	require.Zero(t, linesWithPrefix(out, "| offset: "))
@@ -54,7 +54,7 @@ func TestDumpLog(t *testing.T) {
 	require.Contains(t, out, fmt.Sprintf("crcValid: true codec: none firstTimestamp: %d maxTimestamp: %d producerId: -1 producerEpoch: -1 baseSequence: -1 partitionLeaderEpoch: -1\n",
 		testEpoch.UnixMilli()+base, testEpoch.UnixMilli()+base+2))
 
-	code, out, _ = spool(t, "dump", "--records", path)
+	code, out, _ = runTool(t, "dump", "--records", path)
 	require.Equal(t, exitOK, code, out)
 	require.Equal(t, len(positions), linesWithPrefix(out, "position: "))
 	require.Equal(t, records, linesWithPrefix(out, "| offset: "), out)
@@ -80,26 +80,26 @@ func TestDumpEmptyGarbageAndTruncatedFiles(t *testing.T) {
 	}
 
 	empty := write("00000000000000000000.log", nil)
-	code, out, _ := spool(t, "dump", empty)
+	code, out, _ := runTool(t, "dump", empty)
 	require.Equal(t, exitOK, code, out)
 	require.Contains(t, out, "0 batches")
 
 	garbage := write("garbage.log", bytes.Repeat([]byte("not a batch "), 20))
-	code, out, _ = spool(t, "dump", "--records", garbage)
+	code, out, _ = runTool(t, "dump", "--records", garbage)
 	require.Equal(t, exitProblem, code, out)
 	require.Contains(t, out, fmt.Sprintf("PROBLEM: %s: position 0: cannot frame a batch", garbage))
 	require.Contains(t, out, "0 batches")
 
 	cut := positions[2] + 30 // inside the third batch
 	truncated := write("00000000000000000001.log", valid[:cut])
-	code, out, _ = spool(t, "dump", "--records", truncated)
+	code, out, _ = runTool(t, "dump", "--records", truncated)
 	require.Equal(t, exitProblem, code, out)
 	require.Equal(t, 2, linesWithPrefix(out, "position: "), out)
 	require.Contains(t, out, fmt.Sprintf("PROBLEM: %s: position %d: cannot frame a batch: record: truncated batch", truncated, positions[2]))
 	require.Contains(t, out, "no valid batch follows")
 
 	tiny := write("00000000000000000002.log", valid[:5])
-	code, out, _ = spool(t, "dump", tiny)
+	code, out, _ = runTool(t, "dump", tiny)
 	require.Equal(t, exitProblem, code, out)
 	require.Contains(t, out, fmt.Sprintf("%s: position 0: cannot frame a batch", tiny))
 
@@ -107,7 +107,7 @@ func TestDumpEmptyGarbageAndTruncatedFiles(t *testing.T) {
 	flipped := bytes.Clone(valid)
 	flipped[positions[1]+90] ^= 0x80
 	bad := write("00000000000000000003.log", flipped)
-	code, out, _ = spool(t, "dump", "--records", bad)
+	code, out, _ = runTool(t, "dump", "--records", bad)
 	require.Equal(t, exitProblem, code, out)
 	require.Equal(t, len(positions), linesWithPrefix(out, "position: "))
 	require.Contains(t, out, fmt.Sprintf("position: %d baseOffset: 3 lastOffset: 5 count: 3 size: %d crcValid: false", positions[1], positions[2]-positions[1]))
@@ -116,7 +116,7 @@ func TestDumpEmptyGarbageAndTruncatedFiles(t *testing.T) {
 
 	// Missing and unknown files are problems; the other files still get
 	// dumped.
-	code, out, _ = spool(t, "dump", filepath.Join(tmp, "missing.log"), write("notes.txt", []byte("hi")), empty)
+	code, out, _ = runTool(t, "dump", filepath.Join(tmp, "missing.log"), write("notes.txt", []byte("hi")), empty)
 	require.Equal(t, exitProblem, code, out)
 	require.Equal(t, 2, linesWithPrefix(out, "PROBLEM: "), out)
 	require.Contains(t, out, "0 batches")
@@ -159,9 +159,9 @@ func TestDumpNeverPanics(t *testing.T) {
 		require.NoError(t, os.WriteFile(sibling(logPath, segment.IndexSuffix), ix, 0o644))
 		require.NoError(t, os.WriteFile(sibling(logPath, segment.TimeIndexSuffix), data[:min(len(data), 36)], 0o644))
 
-		code, out, _ := spool(t, "dump", "--records", "--verify-index", logPath)
+		code, out, _ := runTool(t, "dump", "--records", "--verify-index", logPath)
 		require.Contains(t, []int{exitOK, exitProblem}, code, out)
-		code, out, _ = spool(t, "check", tmp)
+		code, out, _ = runTool(t, "check", tmp)
 		require.Contains(t, []int{exitOK, exitProblem}, code, out)
 	}
 }
@@ -178,7 +178,7 @@ func TestDumpIndexes(t *testing.T) {
 	nOff, nTim := len(offData)/8, len(timData)/12
 	require.Greater(t, nOff, 2)
 
-	code, out, _ := spool(t, "dump", offPath, timPath)
+	code, out, _ := runTool(t, "dump", offPath, timPath)
 	require.Equal(t, exitOK, code, out)
 	require.Equal(t, nOff, linesWithPrefix(out, "offset: "), out)
 	require.Equal(t, nTim, linesWithPrefix(out, "timestamp: "), out)
@@ -190,7 +190,7 @@ func TestDumpIndexes(t *testing.T) {
 		base+int64(binary.BigEndian.Uint32(offData[8:])), binary.BigEndian.Uint32(offData[12:])))
 
 	// --verify-index prints only what is wrong.
-	code, out, _ = spool(t, "dump", "--verify-index", offPath, timPath)
+	code, out, _ = runTool(t, "dump", "--verify-index", offPath, timPath)
 	require.Equal(t, exitOK, code, out)
 	require.Zero(t, linesWithPrefix(out, "offset: "), out)
 	require.Zero(t, linesWithPrefix(out, "timestamp: "), out)
@@ -199,7 +199,7 @@ func TestDumpIndexes(t *testing.T) {
 	binary.BigEndian.PutUint32(offData[12:], binary.BigEndian.Uint32(offData[12:])+1)
 	require.NoError(t, os.WriteFile(offPath, offData, 0o644))
 	for _, args := range [][]string{{"dump", offPath}, {"dump", "--verify-index", offPath}, {"dump", "--verify-index", logs[1]}} {
-		code, out, _ = spool(t, args...)
+		code, out, _ = runTool(t, args...)
 		require.Equal(t, exitProblem, code, out)
 		require.Equal(t, 1, strings.Count(out, "MISMATCH"), out)
 		require.Contains(t, out, "is inside a batch, not at its start")
@@ -221,7 +221,7 @@ func TestDumpMalformedIndexes(t *testing.T) {
 	} {
 		path := sibling(logs[0], tc.suffix)
 		require.NoError(t, os.WriteFile(path, tc.data, 0o644))
-		code, out, _ := spool(t, "dump", path)
+		code, out, _ := runTool(t, "dump", path)
 		require.Equal(t, exitProblem, code, out)
 		require.Contains(t, out, "PROBLEM: ")
 		require.Contains(t, out, "index: corrupt")
@@ -231,7 +231,7 @@ func TestDumpMalformedIndexes(t *testing.T) {
 	// An empty index is fine.
 	path := sibling(logs[0], segment.IndexSuffix)
 	require.NoError(t, os.WriteFile(path, nil, 0o644))
-	code, out, _ := spool(t, "dump", path)
+	code, out, _ := runTool(t, "dump", path)
 	require.Equal(t, exitOK, code, out)
 	require.Contains(t, out, "0 entries")
 }
@@ -241,7 +241,7 @@ func TestDumpIndexWithoutLog(t *testing.T) {
 	logs := makeLog(t, dir, 30)
 	path := sibling(logs[0], segment.IndexSuffix)
 	require.NoError(t, os.Remove(logs[0]))
-	code, out, _ := spool(t, "dump", path)
+	code, out, _ := runTool(t, "dump", path)
 	require.Equal(t, exitOK, code, out)
 	require.Contains(t, out, "not all entries checked")
 	require.Contains(t, out, "not checked")
@@ -251,24 +251,24 @@ func TestDumpCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	makeLog(t, dir, 30)
 	path := filepath.Join(dir, spoollog.CheckpointFile)
-	code, out, _ := spool(t, "dump", path)
+	code, out, _ := runTool(t, "dump", path)
 	require.Equal(t, exitOK, code, out)
 	require.Contains(t, out, "recoveryPoint: 90 ")
 	require.Contains(t, out, "cleanShutdown: true")
 
 	modify(t, path, func(b []byte) []byte { return b[:len(b)-3] })
-	code, out, _ = spool(t, "dump", path)
+	code, out, _ = runTool(t, "dump", path)
 	require.Equal(t, exitProblem, code, out)
 	require.Contains(t, out, "checkpoint file is damaged")
 }
 
 func TestDumpUsage(t *testing.T) {
-	code, stdout, stderr := spool(t, "dump")
+	code, stdout, stderr := runTool(t, "dump")
 	require.Equal(t, exitUsage, code)
 	require.Empty(t, stdout)
 	require.Contains(t, stderr, "Usage: spool dump")
 
-	code, _, stderr = spool(t, "dump", "--frobnicate", "x.log")
+	code, _, stderr = runTool(t, "dump", "--frobnicate", "x.log")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr, "frobnicate")
 }
@@ -306,11 +306,11 @@ func TestDumpVerifyIndexOfLogWithoutIndexes(t *testing.T) {
 	for _, s := range []string{segment.IndexSuffix, segment.TimeIndexSuffix} {
 		require.NoError(t, os.Remove(sibling(logs[0], s)))
 	}
-	code, out, _ := spool(t, "dump", "--verify-index", logs[0])
+	code, out, _ := runTool(t, "dump", "--verify-index", logs[0])
 	require.Equal(t, exitOK, code, out)
 	require.Contains(t, out, "No "+sibling(logs[0], segment.IndexSuffix))
 
-	code, out, _ = spool(t, "dump", sibling(logs[0], segment.IndexSuffix))
+	code, out, _ = runTool(t, "dump", sibling(logs[0], segment.IndexSuffix))
 	require.Equal(t, exitProblem, code, out)
 	require.Contains(t, out, "no such file")
 }

@@ -1,5 +1,31 @@
-// Command spool is the command-line tool for spool data directories. Its
-// subcommands are modelled on Kafka's tools:
+// Command spool is the command-line tool for spool: it runs an embedded
+// broker on a data directory to manage topics and to produce, consume and
+// benchmark records, and it inspects segment files. Its subcommands are
+// modelled on Kafka's tools:
+//
+//	spool topics create|list|describe|delete [--data DIR] [--topic T] ...
+//	    Manage topics, like kafka-topics: create one with its partition
+//	    count and settings (--partitions, --retention-ms,
+//	    --retention-bytes, --segment-bytes, --max-message-bytes,
+//	    --compression), list them, describe them (ID, settings, and per
+//	    partition the start and end offsets, high watermark, leader epoch,
+//	    size and segment count), or delete one.
+//
+//	spool produce --topic T [--key-separator SEP] [--print-acks] [--partition P] ...
+//	    Read records from stdin, one per line, and produce them, like
+//	    kafka-console-producer. With --print-acks, print "PARTITION OFFSET"
+//	    for each record once it is written: under the default --flush sync,
+//	    once it is on stable storage.
+//
+//	spool consume --topic T [--from earliest|latest|OFFSET|TIME] [--count N] ...
+//	    Print records, one value per line, like kafka-console-consumer,
+//	    until --count records, --timeout without new ones, or SIGINT.
+//
+//	spool perf produce|consume --topic T ...
+//	    Measure throughput and latency, like kafka-producer-perf-test and
+//	    kafka-consumer-perf-test: a progress line every --reporting-interval,
+//	    then a summary (records/s, MB/s, and for produce the average and
+//	    p50/p95/p99/p99.9/max latency).
 //
 //	spool dump [--records] [--verify-index] FILE...
 //	    Print the contents of segment files, like Kafka's DumpLogSegments:
@@ -15,29 +41,50 @@
 //	    Exit status 1 when corruption is found, 0 when clean (warnings,
 //	    such as a torn tail a crash left, do not count), 2 on usage errors.
 //
-// Both read files with plain read-only opens and never take the log's
+// The broker commands (topics, produce, consume, perf) open the data
+// directory named by --data (default ./spool-data) with spool.Open, which
+// locks it: while one of them runs, another fails with a message saying
+// the directory is in use. Their --flush flag (sync, none or interval:D;
+// default sync) is the broker's flush policy. They exit 1 when the broker
+// reports an error (an invalid topic name, a topic that exists or does not,
+// a record that failed) and 2 on usage errors.
+//
+// dump and check read files with plain read-only opens and never take the
 // lock, so they can inspect the directory of a running broker (seeing
 // whatever it has written so far) or the remains of a crashed one.
+//
+// On SIGINT or SIGTERM the broker commands stop cleanly: produce flushes
+// what it has read, consume and perf print what they have, and all close
+// the broker. A second signal kills the process.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
 )
 
-// command is one subcommand. run gets the arguments after the command
-// name and returns the process exit status.
+// command is one subcommand. run gets a context that ends when the process
+// is asked to stop, the arguments after the command name and the standard
+// streams, and returns the process exit status.
 type command struct {
 	name    string
 	args    string
 	summary string
-	run     func(args []string, stdout, stderr io.Writer) int
+	run     func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int
 }
 
 // commands lists the subcommands in the order usage shows them.
 var commands = []command{
+	{"topics", "create|list|describe|delete [flags]", "create, list, describe and delete topics", runTopics},
+	{"produce", "--topic T [flags]", "produce stdin's lines as records", runProduce},
+	{"consume", "--topic T [flags]", "print a topic's records", runConsume},
+	{"perf", "produce|consume --topic T [flags]", "measure producer or consumer throughput and latency", runPerf},
 	{"dump", "[--records] [--verify-index] FILE...", "print the batches, records and index entries of segment files", runDump},
 	{"check", "[--quiet] PATH", "verify a data directory or partition directory; exit 1 on corruption", runCheck},
 }
@@ -45,19 +92,25 @@ var commands = []command{
 // Exit statuses shared by the subcommands.
 const (
 	exitOK      = 0
-	exitProblem = 1 // corruption found (check), or a file could not be dumped cleanly (dump)
+	exitProblem = 1 // an error from the broker (topics, produce, consume, perf), corruption found (check), a file not dumped cleanly (dump)
 	exitUsage   = 2
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, let a second one kill the process.
+		<-ctx.Done()
+		stop()
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // run dispatches to the subcommand named by args[0] and returns the exit
 // status. With no arguments it prints usage to stderr and fails, as the go
 // command does; "help" prints it to stdout and succeeds, and "help CMD"
 // prints the subcommand's flags.
-func run(args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
@@ -67,7 +120,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
 			if c, ok := lookup(args[1]); ok {
-				return c.run([]string{"--help"}, stdout, stdout)
+				return c.run(ctx, append(args[2:len(args):len(args)], "--help"), stdin, stdout, stdout)
 			}
 			fmt.Fprintf(stderr, "spool help %s: unknown command\n", args[1])
 			usage(stderr)
@@ -82,7 +135,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return exitUsage
 	}
-	return c.run(args[1:], stdout, stderr)
+	return c.run(ctx, args[1:], stdin, stdout, stderr)
 }
 
 // lookup finds a subcommand by name.
@@ -97,22 +150,30 @@ func lookup(name string) (command, bool) {
 
 // usage prints the list of commands.
 func usage(w io.Writer) {
-	fmt.Fprintf(w, "spool is a tool for spool data directories (Kafka's log format).\n\n")
+	fmt.Fprintf(w, "spool is a tool for spool brokers and data directories (Kafka's log format).\n\n")
 	fmt.Fprintf(w, "Usage:\n\n\tspool <command> [arguments]\n\nThe commands are:\n\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "\t%-6s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "\t%-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\nUse \"spool help <command>\" for a command's flags.\n")
+	fmt.Fprintf(w, "\nUse \"spool help <command>\" for a command's flags")
+	fmt.Fprintf(w, " (\"spool help topics create\", \"spool help perf produce\" for theirs).\n")
 }
 
 // printFlags lists a subcommand's flags as they are meant to be spelt,
 // --kebab-case (the flag package accepts one dash or two; its own listing
-// shows one).
+// shows one), with their defaults unless zero or in the usage text.
 func printFlags(fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		arg, text := flag.UnquoteUsage(f)
 		if arg != "" {
 			arg = " " + arg
+		}
+		switch f.DefValue {
+		case "", "0", "0s", "false":
+		default:
+			if !strings.Contains(text, "(default") {
+				text += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
 		}
 		fmt.Fprintf(fs.Output(), "  --%s%s\n    \t%s\n", f.Name, arg, text)
 	})

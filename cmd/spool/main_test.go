@@ -127,11 +127,18 @@ func appendTo(t *testing.T, path string, p []byte) {
 	require.NoError(t, f.Close())
 }
 
-// spool runs the tool in-process and returns its exit status and output.
-func spool(t *testing.T, args ...string) (int, string, string) {
+// runTool runs the tool in-process, with an empty stdin, and returns its
+// exit status and output.
+func runTool(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	return runToolInput(t, "", args...)
+}
+
+// runToolInput runs the tool in-process with stdin as its input.
+func runToolInput(t *testing.T, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := run(args, &stdout, &stderr)
+	code := run(t.Context(), args, strings.NewReader(stdin), &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -149,28 +156,35 @@ func TestUsage(t *testing.T) {
 		{"help of an unknown command", []string{"help", "nope"}, exitUsage, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := spool(t, tc.args...)
+			code, stdout, stderr := runTool(t, tc.args...)
 			require.Equal(t, tc.code, code)
 			out := stderr
 			if tc.inStdout {
 				out = stdout
 			}
 			require.Contains(t, out, "Usage:")
-			require.Contains(t, out, "dump")
-			require.Contains(t, out, "check")
+			for _, c := range commands {
+				require.Contains(t, out, "\t"+c.name+" ")
+			}
 		})
 	}
 }
 
 func TestHelpCommand(t *testing.T) {
-	code, stdout, _ := spool(t, "help", "dump")
+	code, stdout, _ := runTool(t, "help", "dump")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, stdout, "--records")
 	require.Contains(t, stdout, "--verify-index")
 
-	code, stdout, _ = spool(t, "help", "check")
+	code, stdout, _ = runTool(t, "help", "check")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, stdout, "--quiet")
+
+	for cmd, flag := range map[string]string{"topics": "describe", "produce": "--print-acks", "consume": "--print-offsets", "perf": "produce"} {
+		code, stdout, _ = runTool(t, "help", cmd)
+		require.Equal(t, exitOK, code, cmd)
+		require.Contains(t, stdout, flag, cmd)
+	}
 }
 
 func TestSegmentFileNames(t *testing.T) {

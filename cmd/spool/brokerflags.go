@@ -1,0 +1,132 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/record"
+)
+
+// defaultDataDir is where the broker commands keep their data unless
+// --data says otherwise.
+const defaultDataDir = "./spool-data"
+
+// brokerFlags are the flags of every command that opens a broker.
+type brokerFlags struct {
+	data  string
+	flush log.FlushPolicy
+}
+
+// addBrokerFlags defines --data and --flush on fs.
+func addBrokerFlags(fs *flag.FlagSet) *brokerFlags {
+	bf := &brokerFlags{}
+	fs.StringVar(&bf.data, "data", defaultDataDir, "the broker's data `dir`ectory")
+	fs.Func("flush", "flush `policy`: sync (an acknowledged record is on stable storage), none (the OS writes back), or interval:D (fsync every D) (default sync)",
+		func(s string) error {
+			p, err := log.ParseFlushPolicy(s)
+			if err != nil {
+				return err
+			}
+			bf.flush = p
+			return nil
+		})
+	return bf
+}
+
+// open opens the broker, printing why it could not on stderr. name is the
+// command, for messages ("spool produce").
+func (bf *brokerFlags) open(name string, stderr io.Writer) (*spool.Broker, bool) {
+	b, err := spool.Open(bf.data, spool.Options{Flush: bf.flush})
+	if errors.Is(err, spool.ErrLocked) {
+		fmt.Fprintf(stderr, "%s: data directory %s is in use by another process (%v)\n", name, bf.data, err)
+		return nil, false
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return nil, false
+	}
+	return b, true
+}
+
+// closeBroker closes b and reports a failure on stderr. It returns code,
+// or exitProblem if Close failed.
+func closeBroker(name string, b *spool.Broker, code int, stderr io.Writer) int {
+	if err := b.Close(); err != nil {
+		fmt.Fprintf(stderr, "%s: close: %v\n", name, err)
+		return exitProblem
+	}
+	return code
+}
+
+// parseArgs parses a command's flags. It returns the exit status to end
+// with and false when the command should not go on: 0 after --help, 2 on a
+// usage error (the flag package has printed it) or stray arguments.
+func parseArgs(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "spool %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return exitUsage, false
+	}
+	return exitOK, true
+}
+
+// usageError prints a usage problem found after parsing, then the usage,
+// and returns exitUsage.
+func usageError(fs *flag.FlagSet, format string, args ...any) int {
+	fmt.Fprintf(fs.Output(), "spool %s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
+	fs.Usage()
+	return exitUsage
+}
+
+// codecFlag defines a --compression flag; usage names the codec `codec`
+// and says what the default is.
+func codecFlag(fs *flag.FlagSet, c *record.Codec, usage string) {
+	fs.Func("compression", usage, func(s string) error {
+		codec, err := record.ParseCodec(s)
+		if err != nil {
+			return err
+		}
+		*c = codec
+		return nil
+	})
+}
+
+// acksFlag defines an --acks flag: all (or -1), 1 or 0, as Kafka spells
+// them.
+func acksFlag(fs *flag.FlagSet, a *spool.Acks) {
+	fs.Func("acks", "the `level` of acknowledgement: all (or -1): a record counts as delivered once written, and with --flush sync on stable storage; 1: the same, on one broker; 0: as soon as it is batched, with offset -1 (default all)",
+		func(s string) error {
+			switch strings.ToLower(s) {
+			case "all", "-1":
+				*a = spool.AcksAll
+			case "1":
+				*a = spool.AcksLeader
+			case "0":
+				*a = spool.AcksNone
+			default:
+				return fmt.Errorf("want all, -1, 1 or 0")
+			}
+			return nil
+		})
+}
+
+// lingerConfig maps a --linger flag to ProducerConfig.Linger, where 0
+// means the default and a negative value no wait.
+func lingerConfig(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}

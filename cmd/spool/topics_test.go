@@ -1,0 +1,111 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/spoolmq/spool"
+)
+
+func TestTopicsRoundTrip(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+
+	code, stdout, stderr := runTool(t, "topics", "create", "--data", data, "--topic", "events", "--partitions", "3",
+		"--retention-ms", "-1", "--retention-bytes", "1048576", "--segment-bytes", "65536", "--max-message-bytes", "4096", "--compression", "zstd")
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "Created topic events.\n", stdout)
+	code, _, stderr = runTool(t, "topics", "create", "--data", data, "--topic", "audit")
+	require.Equal(t, exitOK, code, stderr)
+
+	code, stdout, _ = runTool(t, "topics", "list", "--data", data)
+	require.Equal(t, exitOK, code)
+	require.Equal(t, "audit\nevents\n", stdout)
+
+	code, stdout, stderr = runTool(t, "topics", "describe", "--data", data, "--topic", "events")
+	require.Equal(t, exitOK, code, stderr)
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	require.Len(t, lines, 5, stdout) // the topic, the table's header, 3 partitions
+	require.Regexp(t, `^Topic: events\tTopicId: [A-Za-z0-9_-]{22}\tPartitionCount: 3\tConfigs: `, lines[0])
+	for _, kv := range []string{"retention.ms=-1", "retention.bytes=1048576", "segment.bytes=65536", "max.message.bytes=4096", "compression.type=zstd", "cleanup.policy=delete"} {
+		require.Contains(t, lines[0], kv)
+	}
+	require.Equal(t, []string{"PARTITION", "START", "END", "HIGH-WATERMARK", "LEADER-EPOCH", "SIZE", "SEGMENTS"}, strings.Fields(lines[1]))
+	for i, line := range lines[2:] {
+		f := strings.Fields(line)
+		require.Len(t, f, 7, line)
+		require.Equal(t, []string{string(rune('0' + i)), "0", "0", "0"}, f[:4], line)
+		require.Equal(t, "1", f[6], line)
+	}
+
+	// Every topic, with the library's defaults filled in.
+	code, stdout, _ = runTool(t, "topics", "describe", "--data", data)
+	require.Equal(t, exitOK, code)
+	require.Contains(t, stdout, "Topic: audit\t")
+	require.Contains(t, stdout, "PartitionCount: 1\tConfigs: cleanup.policy=delete,compression.type=none,max.message.bytes=1048576,retention.bytes=-1,retention.ms=604800000,")
+	require.Contains(t, stdout, "\n\nTopic: events\t")
+
+	code, stdout, stderr = runTool(t, "topics", "delete", "--data", data, "--topic", "events")
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "Deleted topic events.\n", stdout)
+	code, stdout, _ = runTool(t, "topics", "list", "--data", data)
+	require.Equal(t, exitOK, code)
+	require.Equal(t, "audit\n", stdout)
+}
+
+func TestTopicsErrors(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	code, _, stderr := runTool(t, "topics", "create", "--data", data, "--topic", "events")
+	require.Equal(t, exitOK, code, stderr)
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"exists", []string{"create", "--topic", "events"}, exitProblem, "already exists"},
+		{"invalid name", []string{"create", "--topic", "no/slashes"}, exitProblem, "invalid topic name"},
+		{"delete unknown", []string{"delete", "--topic", "nope"}, exitProblem, "unknown topic"},
+		{"describe unknown", []string{"describe", "--topic", "nope"}, exitProblem, "unknown topic"},
+		{"no topic", []string{"create"}, exitUsage, "--topic is required"},
+		{"no topic to delete", []string{"delete"}, exitUsage, "--topic is required"},
+		{"bad partitions", []string{"create", "--topic", "x", "--partitions", "0"}, exitUsage, "--partitions"},
+		{"bad retention", []string{"create", "--topic", "x", "--retention-ms", "-2"}, exitUsage, "--retention-ms"},
+		{"bad compression", []string{"create", "--topic", "x", "--compression", "brotli"}, exitUsage, "invalid value"},
+		{"bad flush", []string{"list", "--flush", "sometimes"}, exitUsage, "invalid value"},
+		{"stray argument", []string{"list", "extra"}, exitUsage, "unexpected argument"},
+		{"unknown flag", []string{"list", "--partitions", "3"}, exitUsage, "flag provided but not defined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"topics"}, tc.args...)
+			if len(tc.args) > 0 {
+				args = append(args, "--data", data)
+			}
+			code, _, stderr := runTool(t, args...)
+			require.Equal(t, tc.code, code, stderr)
+			require.Contains(t, stderr, tc.msg)
+		})
+	}
+
+	code, _, stderr = runTool(t, "topics")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "no command given")
+	code, _, stderr = runTool(t, "topics", "rename")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "unknown command")
+	code, stdout, _ := runTool(t, "help", "topics", "create")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, stdout, "--retention-ms")
+	require.Contains(t, stdout, "--data dir")
+
+	// A directory in use by a broker cannot be opened by another.
+	b, err := spool.Open(data, spool.Options{})
+	require.NoError(t, err)
+	code, _, stderr = runTool(t, "topics", "list", "--data", data)
+	require.Equal(t, exitProblem, code)
+	require.Contains(t, stderr, "spool topics list: data directory "+data+" is in use by another process")
+	require.NoError(t, b.Close())
+}
