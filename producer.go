@@ -94,6 +94,8 @@ type Producer struct {
 	closed   bool
 	builders []*record.Builder // free builders
 
+	lingerArmed bool // the linger loop has a deadline to wait for; guarded by mu
+
 	wake chan struct{} // tells the linger loop of an earlier deadline
 	stop chan struct{}
 	done chan struct{}
@@ -219,10 +221,16 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 	}
 	if a.open == nil {
 		a.open = p.newBatch(pt.codec)
-		a.deadline = time.Now().Add(p.cfg.Linger)
-		select {
-		case p.wake <- struct{}{}:
-		default:
+		a.deadline = a.open.created.Add(p.cfg.Linger)
+		// Every batch lingers as long, so a new batch's deadline is never
+		// before one the linger loop already waits for: wake it only when
+		// it waits for none.
+		if !p.lingerArmed {
+			p.lingerArmed = true
+			select {
+			case p.wake <- struct{}{}:
+			default:
+			}
 		}
 	}
 	bt := a.open
@@ -465,6 +473,7 @@ func (p *Producer) sealDue(now time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var next time.Time
+	defer func() { p.lingerArmed = !next.IsZero() }()
 	for _, pt := range p.topics {
 		for n, a := range pt.accums {
 			if a.open == nil {

@@ -317,6 +317,8 @@ func (l *Log) markDurable(seg *segment.Segment, size, end int64) {
 // first caller to find no fsync running runs one for everybody; callers that
 // arrive meanwhile wait for the next (group commit).
 func (l *Log) syncTo(target, truncs int64) error {
+	l.syncWaiters.Add(1)
+	defer l.syncWaiters.Add(-1)
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	for {
@@ -354,7 +356,15 @@ func (l *Log) syncTo(target, truncs int64) error {
 // one. Without it, concurrent appenders settle into two groups that take
 // turns, each fsync carrying half of them. The wait is bounded: a few
 // scheduler yields, never a sleep.
+//
+// It yields only when others append concurrently - other callers wait for
+// this fsync, or appends are under way: a lone appender (a producer's one
+// sender per partition) must not hand its processor to a busy goroutine and
+// wait for it to be preempted.
 func (l *Log) gatherWriters() {
+	if l.syncWaiters.Load() <= 1 && l.writers.Load() == 0 {
+		return
+	}
 	runtime.Gosched()
 	for i := 0; i < 16 && l.writers.Load() > 0; i++ {
 		runtime.Gosched()

@@ -69,11 +69,12 @@ type Log struct {
 	closed    atomic.Bool
 
 	// Group commit state (Sync policy).
-	writers  atomic.Int32 // appends between entering append and finishing the write
-	syncMu   sync.Mutex
-	syncCond *sync.Cond
-	syncing  bool
-	durable  int64 // offsets below are on stable storage; guarded by syncMu
+	writers     atomic.Int32 // appends between entering append and finishing the write
+	syncWaiters atomic.Int32 // callers in syncTo
+	syncMu      sync.Mutex
+	syncCond    *sync.Cond
+	syncing     bool
+	durable     int64 // offsets below are on stable storage; guarded by syncMu
 
 	// cpMu serialises checkpoints; rp is the last recovery point written.
 	cpMu          sync.Mutex
