@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spoolmq/spool/group"
 	"github.com/spoolmq/spool/internal/vfs"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
@@ -37,6 +38,8 @@ type Broker struct {
 
 	partitioners sync.Map // topic name -> *lockedPartitioner, for Produce
 
+	coord *group.Coordinator // consumer groups and committed offsets
+
 	bgStop chan struct{}
 	bgDone chan struct{}
 }
@@ -44,11 +47,12 @@ type Broker struct {
 // topic is one topic's state. parts grows with CreatePartitions; readers
 // load the current slice.
 type topic struct {
-	name    string
-	id      TopicID
-	config  TopicConfig // the topic's own settings (zero fields: defaults)
-	created time.Time
-	parts   atomic.Pointer[[]*partition.Partition]
+	name     string
+	id       TopicID
+	config   TopicConfig // the topic's own settings (zero fields: defaults)
+	created  time.Time
+	internal bool // __consumer_offsets
+	parts    atomic.Pointer[[]*partition.Partition]
 }
 
 func (t *topic) partitions() []*partition.Partition { return *t.parts.Load() }
@@ -70,7 +74,20 @@ func Open(dir string, opts Options) (*Broker, error) {
 	b := &Broker{dir: dir, opts: opts, logger: opts.Logger, lock: lk, bgStop: make(chan struct{}), bgDone: make(chan struct{})}
 	empty := map[string]*topic{}
 	b.topics.Store(&empty)
-	if err := b.load(); err != nil {
+	b.coord = group.NewCoordinator(group.Options{
+		Store:                 offsetStore{b},
+		MinSessionTimeout:     opts.GroupMinSessionTimeout,
+		MaxSessionTimeout:     opts.GroupMaxSessionTimeout,
+		InitialRebalanceDelay: opts.GroupInitialRebalanceDelay,
+		OffsetsRetention:      opts.OffsetsRetention,
+		Logger:                opts.Logger,
+	})
+	err = b.load()
+	if err == nil {
+		err = b.loadOffsets()
+	}
+	if err != nil {
+		b.coord.Close()
 		b.closePartitions()
 		lk.Close()
 		return nil, err
@@ -101,7 +118,7 @@ func (b *Broker) load() error {
 		if err != nil {
 			return fmt.Errorf("%w: %v", errBadRegistry, err)
 		}
-		t := &topic{name: rt.Name, id: id, config: fromStored(rt.Config, 0), created: rt.Created}
+		t := &topic{name: rt.Name, id: id, config: fromStored(rt.Config, 0), created: rt.Created, internal: rt.Internal}
 		empty := []*partition.Partition{}
 		t.parts.Store(&empty)
 		topics[t.name] = t
@@ -185,7 +202,11 @@ func (b *Broker) openPartitions(t *topic, n int32) error {
 		} else if id != t.id {
 			return fmt.Errorf("spool: %s belongs to topic id %s, not %s's %s", dir, id, t.name, t.id)
 		}
-		p, err := partition.Open(dir, t.name, i, partition.Options{Log: b.logOptions(cfg)})
+		lo := b.logOptions(cfg)
+		if t.internal {
+			lo.IndexMaxBytes = offsetsTopicIndexBytes // many small partitions
+		}
+		p, err := partition.Open(dir, t.name, i, partition.Options{Log: lo})
 		if err != nil {
 			return fmt.Errorf("spool: open %s-%d: %w", t.name, i, err)
 		}
@@ -238,7 +259,7 @@ func (b *Broker) registryLocked(topics map[string]*topic) registry {
 	for _, t := range topics {
 		r.Topics = append(r.Topics, registryTopic{
 			Name: t.name, ID: t.id.String(), Partitions: int32(len(t.partitions())),
-			Config: toStored(t.config), Created: t.created,
+			Config: toStored(t.config), Created: t.created, Internal: t.internal,
 		})
 	}
 	sort.Slice(r.Topics, func(i, j int) bool { return r.Topics[i].Name < r.Topics[j].Name })
@@ -250,6 +271,13 @@ func (b *Broker) registryLocked(topics map[string]*topic) registry {
 // its partitions is created; a crash in between is finished on the next
 // Open.
 func (b *Broker) CreateTopic(ctx context.Context, name string, cfg TopicConfig) error {
+	if name == OffsetsTopic {
+		return fmt.Errorf("%w: %q is internal", ErrInvalidTopic, name)
+	}
+	return b.createTopic(ctx, name, cfg, false)
+}
+
+func (b *Broker) createTopic(ctx context.Context, name string, cfg TopicConfig, internal bool) error {
 	if err := ValidTopicName(name); err != nil {
 		return err
 	}
@@ -265,7 +293,7 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, cfg TopicConfig) 
 	if old[name] != nil {
 		return fmt.Errorf("%w: %q", ErrTopicExists, name)
 	}
-	t := &topic{name: name, id: newTopicID(), config: cfg, created: time.Now().UTC()}
+	t := &topic{name: name, id: newTopicID(), config: cfg, created: time.Now().UTC(), internal: internal}
 	n := b.effective(cfg).Partitions
 	t.config.Partitions = 0 // the registry records the count separately
 	empty := []*partition.Partition{}
@@ -369,6 +397,7 @@ func (b *Broker) Topics() []string {
 type TopicDescription struct {
 	Name       string
 	ID         TopicID
+	Internal   bool        // __consumer_offsets
 	Config     TopicConfig // effective: every default filled in
 	Partitions []PartitionDescription
 }
@@ -391,7 +420,7 @@ func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
 		return TopicDescription{}, err
 	}
 	parts := t.partitions()
-	d := TopicDescription{Name: t.name, ID: t.id, Config: b.effective(t.config)}
+	d := TopicDescription{Name: t.name, ID: t.id, Internal: t.internal, Config: b.effective(t.config)}
 	d.Config.Partitions = int32(len(parts))
 	for _, p := range parts {
 		d.Partitions = append(d.Partitions, PartitionDescription{
@@ -409,15 +438,73 @@ func (b *Broker) background() {
 	defer close(b.bgDone)
 	t := time.NewTicker(b.opts.RetentionCheckInterval)
 	defer t.Stop()
+	cleaner := time.NewTicker(b.opts.CleanerBackoff)
+	defer cleaner.Stop()
 	for {
 		select {
 		case <-b.bgStop:
 			return
 		case <-t.C:
 			b.maintain()
+		case <-cleaner.C:
+			b.clean(false)
 		}
 	}
 }
+
+// clean runs the cleaner over every partition of the compacted topics,
+// forced or when due.
+func (b *Broker) clean(force bool) {
+	for _, t := range b.snapshot() {
+		if !b.effective(t.config).CleanupPolicy.compacts() {
+			continue
+		}
+		for _, p := range t.partitions() {
+			if b.closed.Load() {
+				return
+			}
+			if _, err := p.Log().Clean(force); err != nil && !errors.Is(err, log.ErrClosed) {
+				b.logger.Warn("compaction failed", "topic", t.name, "partition", p.ID(), "err", err)
+			}
+		}
+	}
+}
+
+// Compact cleans every partition of a compacted topic now, whatever its
+// dirty ratio, and reports what was done, summed over the partitions.
+func (b *Broker) Compact(ctx context.Context, topicName string) (log.CleanStats, error) {
+	var sum log.CleanStats
+	t, err := b.topic(ctx, topicName, false)
+	if err != nil {
+		return sum, err
+	}
+	if !b.effective(t.config).CleanupPolicy.compacts() {
+		return sum, fmt.Errorf("%w: %q has cleanup.policy %s", ErrInvalidConfig, topicName, b.effective(t.config).CleanupPolicy)
+	}
+	for _, p := range t.partitions() {
+		if err := ctx.Err(); err != nil {
+			return sum, err
+		}
+		st, err := p.Log().Clean(true)
+		if err != nil {
+			return sum, err
+		}
+		sum.Cleaned = sum.Cleaned || st.Cleaned
+		sum.SegmentsRead += st.SegmentsRead
+		sum.SegmentsWritten += st.SegmentsWritten
+		sum.BytesRead += st.BytesRead
+		sum.BytesWritten += st.BytesWritten
+		sum.RecordsRead += st.RecordsRead
+		sum.RecordsKept += st.RecordsKept
+		sum.TombstonesRemoved += st.TombstonesRemoved
+		sum.Duration += st.Duration
+	}
+	return sum, nil
+}
+
+// Groups is the broker's group coordinator: consumer groups and their
+// committed offsets, for tools and for the Kafka protocol server.
+func (b *Broker) Groups() *group.Coordinator { return b.coord }
 
 // maintain runs one round of retention and age-based rolls.
 func (b *Broker) maintain() {
@@ -451,6 +538,7 @@ func (b *Broker) Close() error {
 	b.mu.Unlock()
 	close(b.bgStop)
 	<-b.bgDone
+	b.coord.Close()
 	err := b.closePartitions()
 	if lerr := b.lock.Close(); err == nil {
 		err = lerr

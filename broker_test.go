@@ -24,21 +24,29 @@ func openBroker(t testing.TB, dir string, opts Options) *Broker {
 	return b
 }
 
-// consumeAll reads every record of a topic from the start.
+// consumeAll reads every record of a topic from the start, up to the high
+// watermarks at the call.
 func consumeAll(t testing.TB, b *Broker, topic string) []Record {
 	t.Helper()
 	c, err := b.NewConsumer(ConsumerConfig{FetchMaxWait: 10 * time.Millisecond, AutoOffsetReset: ResetEarliest})
 	require.NoError(t, err)
 	defer c.Close()
 	require.NoError(t, c.Assign(topic))
+	require.NoError(t, c.SeekToStart(topic))
 	d, err := b.DescribeTopic(topic)
 	require.NoError(t, err)
-	want := int64(0)
-	for _, p := range d.Partitions {
-		want += p.HighWatermark - p.StartOffset
+	done := func() bool {
+		for _, p := range d.Partitions {
+			pos, err := c.Position(topic, p.Partition)
+			require.NoError(t, err)
+			if pos < p.HighWatermark {
+				return false
+			}
+		}
+		return true
 	}
 	var out []Record
-	for int64(len(out)) < want {
+	for !done() {
 		recs, err := c.Poll(context.Background())
 		require.NoError(t, err)
 		out = append(out, recs...)

@@ -69,6 +69,28 @@ type Options struct {
 	// RetentionCheckInterval is how often retention and age-based segment
 	// rolls run (log.retention.check.interval.ms). Default 5 minutes.
 	RetentionCheckInterval time.Duration
+	// CleanerBackoff is how often compacted topics are checked for
+	// cleaning (log.cleaner.backoff.ms). Default 15 s.
+	CleanerBackoff time.Duration
+	// CleanerBufferBytes bounds the key map of one clean
+	// (log.cleaner.dedupe.buffer.size). Default 32 MiB.
+	CleanerBufferBytes int
+	// OffsetsTopicPartitions is the partition count of __consumer_offsets,
+	// fixed when it is first created (offsets.topic.num.partitions).
+	// Default 50.
+	OffsetsTopicPartitions int32
+	// OffsetsRetention is how long a group's committed offsets outlive its
+	// last member (offsets.retention.minutes). Default 7 days; negative:
+	// forever.
+	OffsetsRetention time.Duration
+	// GroupMinSessionTimeout and GroupMaxSessionTimeout bound the session
+	// timeout a group member may ask for (group.min.session.timeout.ms,
+	// group.max.session.timeout.ms). Defaults 6 s and 30 min.
+	GroupMinSessionTimeout, GroupMaxSessionTimeout time.Duration
+	// GroupInitialRebalanceDelay lets a new group's first members gather
+	// before the first generation forms (group.initial.rebalance.delay.ms).
+	// Default 0 (Kafka's is 3 s).
+	GroupInitialRebalanceDelay time.Duration
 	// Logger receives the broker's warnings; silent by default.
 	Logger *slog.Logger
 }
@@ -85,6 +107,18 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RetentionCheckInterval <= 0 {
 		o.RetentionCheckInterval = log.DefaultRetentionCheck
+	}
+	if o.CleanerBackoff <= 0 {
+		o.CleanerBackoff = 15 * time.Second
+	}
+	if o.OffsetsTopicPartitions == 0 {
+		o.OffsetsTopicPartitions = DefaultOffsetsTopicPartitions
+	}
+	if o.OffsetsTopicPartitions < 0 || o.CleanerBufferBytes < 0 {
+		return o, fmt.Errorf("%w: OffsetsTopicPartitions %d, CleanerBufferBytes %d", ErrInvalidConfig, o.OffsetsTopicPartitions, o.CleanerBufferBytes)
+	}
+	if o.OffsetsRetention == 0 {
+		o.OffsetsRetention = 7 * 24 * time.Hour
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -103,7 +137,23 @@ const (
 	// CleanupDelete deletes whole old segments by time and size. The
 	// default.
 	CleanupDelete CleanupPolicy = "delete"
+	// CleanupCompact keeps the latest record of each key (a changelog).
+	CleanupCompact CleanupPolicy = "compact"
+	// CleanupCompactDelete compacts and also deletes by time and size.
+	CleanupCompactDelete CleanupPolicy = "compact,delete"
 )
+
+func (p CleanupPolicy) log() log.CleanupPolicy {
+	switch p {
+	case CleanupCompact:
+		return log.Compact
+	case CleanupCompactDelete, "delete,compact":
+		return log.CompactDelete
+	}
+	return log.Delete
+}
+
+func (p CleanupPolicy) compacts() bool { return p.log() != log.Delete }
 
 // TopicConfig is a topic's settings. Each zero field takes the broker's
 // default (Options.Topic), and then the library's; each names the Kafka topic
@@ -125,8 +175,20 @@ type TopicConfig struct {
 	// RetentionBytes deletes a partition's oldest segments while it is
 	// larger (retention.bytes). Default, or any negative value: unlimited.
 	RetentionBytes int64
-	// CleanupPolicy is what retention does (cleanup.policy). Default delete.
+	// CleanupPolicy is what retention does (cleanup.policy): delete old
+	// segments, compact (keep the latest record per key), or both. Default
+	// delete.
 	CleanupPolicy CleanupPolicy
+	// DeleteRetention is how long a tombstone outlives its timestamp in a
+	// compacted topic (delete.retention.ms). Default 1 day.
+	DeleteRetention time.Duration
+	// MinCompactionLag and MaxCompactionLag bound how long a record waits
+	// for compaction (min.compaction.lag.ms, max.compaction.lag.ms).
+	// Defaults 0 and unlimited.
+	MinCompactionLag, MaxCompactionLag time.Duration
+	// MinCleanableDirtyRatio is the dirty share above which a compacted
+	// partition is cleaned (min.cleanable.dirty.ratio). Default 0.5.
+	MinCleanableDirtyRatio float64
 	// Compression is the codec records produced in this process are
 	// batched with (compression.type), unless the producer sets its own.
 	// Default none.
@@ -142,8 +204,11 @@ func (c TopicConfig) validate() error {
 		return fmt.Errorf("%w: Partitions %d", ErrInvalidConfig, c.Partitions)
 	case c.SegmentBytes < 0, c.SegmentAge < 0, c.MaxMessageBytes < 0:
 		return fmt.Errorf("%w: negative size or age in %+v", ErrInvalidConfig, c)
-	case c.CleanupPolicy != "" && c.CleanupPolicy != CleanupDelete:
+	case c.CleanupPolicy != "" && c.CleanupPolicy != CleanupDelete && c.CleanupPolicy != CleanupCompact &&
+		c.CleanupPolicy != CleanupCompactDelete && c.CleanupPolicy != "delete,compact":
 		return fmt.Errorf("%w: cleanup policy %q", ErrInvalidConfig, c.CleanupPolicy)
+	case c.DeleteRetention < 0, c.MinCompactionLag < 0, c.MaxCompactionLag < 0, c.MinCleanableDirtyRatio < 0, c.MinCleanableDirtyRatio > 1:
+		return fmt.Errorf("%w: compaction settings in %+v", ErrInvalidConfig, c)
 	case c.Compression < record.None || c.Compression > record.ZSTD:
 		return fmt.Errorf("%w: compression %d", ErrInvalidConfig, c.Compression)
 	}
@@ -176,6 +241,18 @@ func (c TopicConfig) merged(def TopicConfig) TopicConfig {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = def.MaxMessageBytes
 	}
+	if c.DeleteRetention == 0 {
+		c.DeleteRetention = def.DeleteRetention
+	}
+	if c.MinCompactionLag == 0 {
+		c.MinCompactionLag = def.MinCompactionLag
+	}
+	if c.MaxCompactionLag == 0 {
+		c.MaxCompactionLag = def.MaxCompactionLag
+	}
+	if c.MinCleanableDirtyRatio == 0 {
+		c.MinCleanableDirtyRatio = def.MinCleanableDirtyRatio
+	}
 	return c
 }
 
@@ -203,6 +280,12 @@ func (b *Broker) effective(c TopicConfig) TopicConfig {
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = log.DefaultMaxMessageBytes
 	}
+	if c.DeleteRetention == 0 {
+		c.DeleteRetention = log.DefaultDeleteRetention
+	}
+	if c.MinCleanableDirtyRatio == 0 {
+		c.MinCleanableDirtyRatio = log.DefaultDirtyRatio
+	}
 	return c
 }
 
@@ -218,6 +301,12 @@ func (b *Broker) logOptions(c TopicConfig) log.Options {
 		MaxMessageBytes:        c.MaxMessageBytes,
 		Compression:            c.Compression,
 		Flush:                  b.opts.Flush,
+		Cleanup:                c.CleanupPolicy.log(),
+		DeleteRetention:        c.DeleteRetention,
+		MinCompactionLag:       c.MinCompactionLag,
+		MaxCompactionLag:       c.MaxCompactionLag,
+		MinCleanableDirtyRatio: c.MinCleanableDirtyRatio,
+		CleanerBufferBytes:     b.opts.CleanerBufferBytes,
 		Logger:                 b.logger,
 	}
 }

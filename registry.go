@@ -69,18 +69,23 @@ type registryTopic struct {
 	Partitions int32       `json:"partitions"`
 	Config     topicConfig `json:"config,omitempty"`
 	Created    time.Time   `json:"created"`
+	Internal   bool        `json:"internal,omitempty"`
 }
 
 // topicConfig is TopicConfig in the registry, under Kafka's names; only the
 // fields a topic sets itself are written.
 type topicConfig struct {
-	SegmentBytes   int64  `json:"segment.bytes,omitempty"`
-	SegmentMs      int64  `json:"segment.ms,omitempty"`
-	RetentionMs    int64  `json:"retention.ms,omitempty"`
-	RetentionBytes int64  `json:"retention.bytes,omitempty"`
-	CleanupPolicy  string `json:"cleanup.policy,omitempty"`
-	Compression    int8   `json:"compression.type,omitempty"`
-	MaxMessage     int    `json:"max.message.bytes,omitempty"`
+	SegmentBytes   int64   `json:"segment.bytes,omitempty"`
+	SegmentMs      int64   `json:"segment.ms,omitempty"`
+	RetentionMs    int64   `json:"retention.ms,omitempty"`
+	RetentionBytes int64   `json:"retention.bytes,omitempty"`
+	CleanupPolicy  string  `json:"cleanup.policy,omitempty"`
+	Compression    int8    `json:"compression.type,omitempty"`
+	MaxMessage     int     `json:"max.message.bytes,omitempty"`
+	DeleteMs       int64   `json:"delete.retention.ms,omitempty"`
+	MinLagMs       int64   `json:"min.compaction.lag.ms,omitempty"`
+	MaxLagMs       int64   `json:"max.compaction.lag.ms,omitempty"`
+	DirtyRatio     float64 `json:"min.cleanable.dirty.ratio,omitempty"`
 }
 
 func toStored(c TopicConfig) topicConfig {
@@ -92,6 +97,10 @@ func toStored(c TopicConfig) topicConfig {
 		CleanupPolicy:  string(c.CleanupPolicy),
 		Compression:    int8(c.Compression),
 		MaxMessage:     c.MaxMessageBytes,
+		DeleteMs:       c.DeleteRetention.Milliseconds(),
+		MinLagMs:       c.MinCompactionLag.Milliseconds(),
+		MaxLagMs:       c.MaxCompactionLag.Milliseconds(),
+		DirtyRatio:     c.MinCleanableDirtyRatio,
 	}
 }
 
@@ -104,13 +113,17 @@ func durationMs(d time.Duration) int64 {
 
 func fromStored(s topicConfig, partitions int32) TopicConfig {
 	c := TopicConfig{
-		Partitions:      partitions,
-		SegmentBytes:    s.SegmentBytes,
-		SegmentAge:      time.Duration(s.SegmentMs) * time.Millisecond,
-		RetentionTime:   time.Duration(s.RetentionMs) * time.Millisecond,
-		RetentionBytes:  s.RetentionBytes,
-		CleanupPolicy:   CleanupPolicy(s.CleanupPolicy),
-		MaxMessageBytes: s.MaxMessage,
+		Partitions:             partitions,
+		SegmentBytes:           s.SegmentBytes,
+		SegmentAge:             time.Duration(s.SegmentMs) * time.Millisecond,
+		RetentionTime:          time.Duration(s.RetentionMs) * time.Millisecond,
+		RetentionBytes:         s.RetentionBytes,
+		CleanupPolicy:          CleanupPolicy(s.CleanupPolicy),
+		MaxMessageBytes:        s.MaxMessage,
+		DeleteRetention:        time.Duration(s.DeleteMs) * time.Millisecond,
+		MinCompactionLag:       time.Duration(s.MinLagMs) * time.Millisecond,
+		MaxCompactionLag:       time.Duration(s.MaxLagMs) * time.Millisecond,
+		MinCleanableDirtyRatio: s.DirtyRatio,
 	}
 	c.Compression = record.Codec(s.Compression)
 	if s.RetentionMs < 0 {

@@ -1,0 +1,309 @@
+package spool
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/spoolmq/spool/group"
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
+)
+
+// Committed offsets live, as in Kafka, in the internal compacted topic
+// __consumer_offsets: a group's commits go to partition
+// abs(javaHash(group)) % 50, keyed by (group, topic, partition), so that
+// compaction keeps each partition's latest commit. Keys and values use
+// Kafka's binary layout (OffsetCommitKey version 1, OffsetCommitValue
+// version 3), so Kafka's tools can read the topic:
+//
+//	key:    int16 version=1 | string group | string topic | int32 partition
+//	value:  int16 version=3 | int64 offset | int32 leader epoch |
+//	        string metadata | int64 commit timestamp (ms)
+//
+// (strings: int16 length, then UTF-8 bytes). A deleted offset is a
+// tombstone: the key with a nil value.
+
+// OffsetsTopic is the internal topic of committed offsets.
+const OffsetsTopic = "__consumer_offsets"
+
+// Defaults for the offsets topic (offsets.topic.num.partitions,
+// offsets.topic.segment.bytes).
+const (
+	DefaultOffsetsTopicPartitions = 50
+	offsetsTopicSegmentBytes      = 100 << 20
+	offsetsTopicIndexBytes        = 256 << 10
+)
+
+// offsetsPartitionFor is the offsets-topic partition that holds a group's
+// commits: Kafka's Utils.abs(groupId.hashCode()) % partitions, so a group
+// lands where Kafka would put it.
+func offsetsPartitionFor(groupID string, partitions int32) int32 {
+	var h int32
+	for _, c := range utf16Units(groupID) {
+		h = 31*h + int32(c)
+	}
+	if h == math.MinInt32 {
+		return 0 // Utils.abs maps MinValue to 0
+	}
+	if h < 0 {
+		h = -h
+	}
+	return h % partitions
+}
+
+// utf16Units are the UTF-16 code units of s: what Java's String.hashCode
+// iterates over.
+func utf16Units(s string) []uint16 {
+	var out []uint16
+	for _, r := range s {
+		if r >= 0x10000 {
+			r -= 0x10000
+			out = append(out, uint16(0xd800+(r>>10)), uint16(0xdc00+(r&0x3ff)))
+		} else {
+			out = append(out, uint16(r))
+		}
+	}
+	return out
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+func encodeOffsetKey(groupID string, tp group.TopicPartition) []byte {
+	b := binary.BigEndian.AppendUint16(nil, 1)
+	b = appendString(b, groupID)
+	b = appendString(b, tp.Topic)
+	return binary.BigEndian.AppendUint32(b, uint32(tp.Partition))
+}
+
+func encodeOffsetValue(o group.OffsetAndMetadata) []byte {
+	b := binary.BigEndian.AppendUint16(nil, 3)
+	b = binary.BigEndian.AppendUint64(b, uint64(o.Offset))
+	b = binary.BigEndian.AppendUint32(b, uint32(o.LeaderEpoch))
+	b = appendString(b, o.Metadata)
+	return binary.BigEndian.AppendUint64(b, uint64(o.CommitTime.UnixMilli()))
+}
+
+var errBadOffsetRecord = errors.New("spool: malformed record in " + OffsetsTopic)
+
+// offsetReader reads the fields of a key or value.
+type offsetReader struct {
+	b   []byte
+	err error
+}
+
+func (r *offsetReader) int16() int16 {
+	if r.err != nil || len(r.b) < 2 {
+		r.err = errBadOffsetRecord
+		return 0
+	}
+	v := int16(binary.BigEndian.Uint16(r.b))
+	r.b = r.b[2:]
+	return v
+}
+
+func (r *offsetReader) int32() int32 {
+	if r.err != nil || len(r.b) < 4 {
+		r.err = errBadOffsetRecord
+		return 0
+	}
+	v := int32(binary.BigEndian.Uint32(r.b))
+	r.b = r.b[4:]
+	return v
+}
+
+func (r *offsetReader) int64() int64 {
+	if r.err != nil || len(r.b) < 8 {
+		r.err = errBadOffsetRecord
+		return 0
+	}
+	v := int64(binary.BigEndian.Uint64(r.b))
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *offsetReader) string() string {
+	n := r.int16()
+	if r.err != nil || n < 0 || int(n) > len(r.b) {
+		r.err = errBadOffsetRecord
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+// decodeOffsetKey parses a commit key; ok is false for other record kinds
+// (Kafka's group metadata records, key versions 2 and up), which are skipped.
+func decodeOffsetKey(b []byte) (groupID string, tp group.TopicPartition, ok bool, err error) {
+	r := offsetReader{b: b}
+	v := r.int16()
+	if r.err != nil {
+		return "", tp, false, r.err
+	}
+	if v != 0 && v != 1 {
+		return "", tp, false, nil
+	}
+	groupID = r.string()
+	tp.Topic = r.string()
+	tp.Partition = r.int32()
+	return groupID, tp, r.err == nil, r.err
+}
+
+func decodeOffsetValue(b []byte) (group.OffsetAndMetadata, error) {
+	r := offsetReader{b: b}
+	v := r.int16()
+	o := group.OffsetAndMetadata{Offset: r.int64(), LeaderEpoch: -1}
+	if v >= 3 {
+		o.LeaderEpoch = r.int32()
+	}
+	o.Metadata = r.string()
+	o.CommitTime = time.UnixMilli(r.int64())
+	if v < 0 || v > 4 {
+		return o, fmt.Errorf("%w: value version %d", errBadOffsetRecord, v)
+	}
+	return o, r.err
+}
+
+// offsetStore is the group.OffsetStore over the offsets topic.
+type offsetStore struct{ b *Broker }
+
+// StoreOffsets appends a group's commits (or tombstones) to its offsets
+// partition, as one batch: durable when it returns, under the broker's
+// flush policy.
+func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) error {
+	t, err := s.b.offsetsTopic(context.Background())
+	if err != nil {
+		return err
+	}
+	parts := t.partitions()
+	p := parts[offsetsPartitionFor(groupID, int32(len(parts)))]
+	recs := make([]record.Record, len(commits))
+	now := time.Now()
+	for i, c := range commits {
+		recs[i] = record.Record{Key: encodeOffsetKey(groupID, c.TopicPartition), Timestamp: now}
+		if !c.Delete {
+			recs[i].Value = encodeOffsetValue(c.OffsetAndMetadata)
+		}
+	}
+	_, err = p.Append(recs...)
+	return err
+}
+
+// offsetsTopic returns the offsets topic, creating it on first use.
+func (b *Broker) offsetsTopic(ctx context.Context) (*topic, error) {
+	if t := b.snapshot()[OffsetsTopic]; t != nil {
+		return t, nil
+	}
+	err := b.createTopic(ctx, OffsetsTopic, TopicConfig{
+		Partitions:      b.opts.OffsetsTopicPartitions,
+		CleanupPolicy:   CleanupCompact,
+		SegmentBytes:    offsetsTopicSegmentBytes,
+		RetentionTime:   -1,
+		MaxMessageBytes: log.DefaultMaxMessageBytes,
+	}, true)
+	if err != nil && !errors.Is(err, ErrTopicExists) {
+		return nil, err
+	}
+	if t := b.snapshot()[OffsetsTopic]; t != nil {
+		return t, nil
+	}
+	return nil, fmt.Errorf("%w: %s", ErrUnknownTopic, OffsetsTopic)
+}
+
+// loadOffsets reads the committed offsets back into the coordinator: the
+// latest record per key wins, a tombstone removes.
+func (b *Broker) loadOffsets() error {
+	t := b.snapshot()[OffsetsTopic]
+	if t == nil {
+		return nil
+	}
+	type key struct {
+		groupID string
+		tp      group.TopicPartition
+	}
+	for _, p := range t.partitions() {
+		latest := map[key]*group.OffsetAndMetadata{}
+		if err := readPartition(p, func(r *record.Record) error {
+			g, tp, ok, err := decodeOffsetKey(r.Key)
+			if err != nil || !ok {
+				if err != nil {
+					b.logger.Warn("skipping a malformed offsets record", "partition", p.ID(), "offset", r.Offset, "err", err)
+				}
+				return nil
+			}
+			k := key{g, tp}
+			if r.Value == nil {
+				latest[k] = nil
+				return nil
+			}
+			o, err := decodeOffsetValue(r.Value)
+			if err != nil {
+				b.logger.Warn("skipping a malformed offsets record", "partition", p.ID(), "offset", r.Offset, "err", err)
+				return nil
+			}
+			latest[k] = &o
+			return nil
+		}); err != nil {
+			return fmt.Errorf("spool: load committed offsets from %s-%d: %w", OffsetsTopic, p.ID(), err)
+		}
+		byGroup := map[string]map[group.TopicPartition]group.OffsetAndMetadata{}
+		for k, o := range latest {
+			if o == nil {
+				continue
+			}
+			if byGroup[k.groupID] == nil {
+				byGroup[k.groupID] = map[group.TopicPartition]group.OffsetAndMetadata{}
+			}
+			byGroup[k.groupID][k.tp] = *o
+		}
+		for g, offsets := range byGroup {
+			b.coord.LoadOffsets(g, offsets)
+		}
+	}
+	return nil
+}
+
+// readPartition calls fn for every committed record of a partition, in
+// order. The record is valid during the call only.
+func readPartition(p *partition.Partition, fn func(*record.Record) error) error {
+	var it record.Iterator
+	var buf []byte
+	off := p.StartOffset()
+	for off < p.HighWatermark() {
+		out, err := p.Log().ReadInto(buf[:0], off, 1<<20)
+		if err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		buf = out
+		for len(out) > 0 {
+			batch, n, err := record.ParseBatch(out)
+			if err != nil {
+				return err
+			}
+			out = out[n:]
+			for it.Reset(batch); it.Next(); {
+				if r := it.Record(); r.Offset >= off {
+					if err := fn(r); err != nil {
+						return err
+					}
+				}
+			}
+			if err := it.Err(); err != nil {
+				return err
+			}
+			off = max(off, batch.NextOffset())
+		}
+	}
+	return nil
+}
