@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spoolmq/spool/group"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 )
@@ -58,13 +59,52 @@ type ConsumerConfig struct {
 	// AutoOffsetReset is where to start without a valid position
 	// (auto.offset.reset). Default ResetLatest.
 	AutoOffsetReset OffsetReset
+
+	// Group makes the consumer a member of a consumer group (group.id):
+	// the group shares the partitions of Topics among its members, and
+	// each partition resumes at the group's committed offset. Without a
+	// group, partitions are assigned by hand (Assign).
+	Group string
+	// Topics is the group subscription.
+	Topics []string
+	// GroupInstanceID makes the member static (group.instance.id,
+	// KIP-345): it keeps its partitions, with no rebalance, if it restarts
+	// within SessionTimeout. Close does not leave the group.
+	GroupInstanceID string
+	// SessionTimeout is how long the group waits for a silent member
+	// before giving its partitions away (session.timeout.ms). Default 45 s.
+	SessionTimeout time.Duration
+	// RebalanceTimeout is how long a rebalance waits for the member to
+	// call Poll and rejoin (max.poll.interval.ms). Default 5 min.
+	RebalanceTimeout time.Duration
+	// HeartbeatInterval is how often the member heartbeats
+	// (heartbeat.interval.ms). Default 3 s, at most a third of
+	// SessionTimeout.
+	HeartbeatInterval time.Duration
+	// Assignors are the partition assignment strategies the member
+	// supports, preferred first (partition.assignment.strategy). Default
+	// range, then cooperative-sticky, as Kafka's consumer.
+	Assignors []group.Assignor
+	// AutoCommit commits positions every AutoCommitInterval from Poll, on
+	// revocation and on Close (enable.auto.commit). Default Enabled: at
+	// least once, as positions are committed after Poll returned the
+	// records.
+	AutoCommit Toggle
+	// AutoCommitInterval is the auto-commit period
+	// (auto.commit.interval.ms). Default 5 s.
+	AutoCommitInterval time.Duration
+	// OnAssigned is called from Poll with the partitions the group gives
+	// the member, after their positions are set (from the committed
+	// offsets); it may Seek them.
+	OnAssigned func([]TopicPartition)
+	// OnRevoked is called from Poll with the partitions the member gives
+	// up, before another member can get them; with AutoCommit their
+	// positions are committed just before.
+	OnRevoked func([]TopicPartition)
 }
 
 // TopicPartition names a partition.
-type TopicPartition struct {
-	Topic     string
-	Partition int32
-}
+type TopicPartition = group.TopicPartition
 
 // Consumer reads records from the partitions assigned to it, each from its
 // own position, up to the high watermark: only committed records, each
@@ -79,6 +119,8 @@ type Consumer struct {
 	byTP     map[TopicPartition]*assignment
 	next     int // where the next Poll starts, for fairness
 	closed   bool
+
+	grp *groupMember // nil without a group
 }
 
 type assignment struct {
@@ -109,13 +151,26 @@ func (b *Broker) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		cfg.AutoOffsetReset < ResetLatest || cfg.AutoOffsetReset > ResetNone {
 		return nil, fmt.Errorf("%w: consumer %+v", ErrInvalidConfig, cfg)
 	}
-	return &Consumer{b: b, cfg: cfg, byTP: map[TopicPartition]*assignment{}}, nil
+	c := &Consumer{b: b, cfg: cfg, byTP: map[TopicPartition]*assignment{}}
+	if cfg.Group != "" {
+		g, err := newGroupMember(b, &c.cfg)
+		if err != nil {
+			return nil, err
+		}
+		c.grp = g
+	} else if len(cfg.Topics) > 0 {
+		return nil, fmt.Errorf("%w: Topics is a group subscription; set Group, or use Assign", ErrInvalidConfig)
+	}
+	return c, nil
 }
 
 // Assign adds partitions of a topic to the consumer (all of them when none
 // are named). A newly assigned partition starts where AutoOffsetReset says,
 // unless Seek places it first.
 func (c *Consumer) Assign(topic string, partitions ...int32) error {
+	if c.grp != nil {
+		return ErrGroupMode
+	}
 	t, err := c.b.topic(context.Background(), topic, false)
 	if err != nil {
 		return err
@@ -137,7 +192,7 @@ func (c *Consumer) Assign(topic string, partitions ...int32) error {
 		}
 	}
 	for _, n := range partitions {
-		tp := TopicPartition{topic, n}
+		tp := TopicPartition{Topic: topic, Partition: n}
 		if c.byTP[tp] != nil {
 			continue
 		}
@@ -150,6 +205,9 @@ func (c *Consumer) Assign(topic string, partitions ...int32) error {
 
 // Unassign removes partitions of a topic (all of them when none are named).
 func (c *Consumer) Unassign(topic string, partitions ...int32) {
+	if c.grp != nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	keep := c.assigned[:0]
@@ -193,7 +251,7 @@ func (c *Consumer) Assignment() []TopicPartition {
 
 // lookup returns the assignment of a partition. Called with mu held.
 func (c *Consumer) lookup(topic string, n int32) (*assignment, error) {
-	a := c.byTP[TopicPartition{topic, n}]
+	a := c.byTP[TopicPartition{Topic: topic, Partition: n}]
 	if a == nil {
 		return nil, fmt.Errorf("%w: %s-%d", ErrNotAssigned, topic, n)
 	}
@@ -307,6 +365,17 @@ func (c *Consumer) reset(a *assignment, cause error) error {
 // records. The records' byte slices are the caller's to keep.
 func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 	deadline := time.Now().Add(c.cfg.FetchMaxWait)
+	var wake <-chan struct{}
+	if c.grp != nil {
+		if c.isClosed() {
+			return nil, ErrClosed
+		}
+		if err := c.ensureActive(ctx); err != nil {
+			return nil, err
+		}
+		c.maybeAutoCommit(ctx)
+		wake = c.grp.wakeChan()
+	}
 	for {
 		recs, bytes, changed, err := c.fetchOnce(ctx)
 		if err != nil || len(recs) > 0 && bytes >= c.cfg.FetchMinBytes {
@@ -326,9 +395,10 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 		}
 		// Wait for any assigned partition to move, the deadline, or ctx.
 		timer := time.NewTimer(wait)
-		cases := make([]reflect.SelectCase, 0, len(changed)+2)
+		cases := make([]reflect.SelectCase, 0, len(changed)+3)
 		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wake)}) // nil channel: never ready
 		for _, ch := range changed {
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 		}
@@ -344,8 +414,16 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 			// One last look after the deadline.
 			recs, _, _, err = c.fetchOnce(ctx)
 			return recs, err
+		case 2:
+			return recs, nil // the group rebalances: the next Poll rejoins
 		}
 	}
+}
+
+func (c *Consumer) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // fetchOnce reads what is there now from every assigned partition, without
@@ -448,8 +526,18 @@ func (c *Consumer) decode(recs []Record, a *assignment, batches []byte) ([]Recor
 	return recs, nil
 }
 
-// Close releases the consumer; Poll fails with ErrClosed afterwards.
+// Close releases the consumer; Poll fails with ErrClosed afterwards. A group
+// member commits its positions (with AutoCommit) and leaves the group - a
+// static member stays, to come back within its session timeout.
 func (c *Consumer) Close() error {
+	if c.isClosed() {
+		return nil
+	}
+	if c.grp != nil && !c.b.closed.Load() {
+		c.leaveGroup()
+	} else if c.grp != nil {
+		c.stopHeartbeat()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
