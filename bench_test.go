@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool/group"
 	"github.com/spoolmq/spool/log"
 )
 
@@ -119,4 +121,50 @@ func BenchmarkConsumerReplay(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
 	c.Close()
+}
+
+// BenchmarkOffsetCommit measures committed offsets per second through the
+// broker's coordinator, each commit written to __consumer_offsets (one
+// partition, one batch per commit): with one committer, and with many
+// committing at once (separate groups; commits to the same offsets
+// partition share fsyncs under Sync).
+func BenchmarkOffsetCommit(b *testing.B) {
+	for _, flush := range []log.FlushPolicy{log.None, log.Sync} {
+		for _, committers := range []int{1, 64} {
+			for _, parts := range []int32{50, 1} {
+				b.Run(fmt.Sprintf("flush=%s/committers=%d/offsets-partitions=%d", flush, committers, parts), func(b *testing.B) {
+					benchCommits(b, flush, committers, parts)
+				})
+			}
+		}
+	}
+}
+
+func benchCommits(b *testing.B, flush log.FlushPolicy, committers int, parts int32) {
+	br := openBroker(b, b.TempDir(), Options{Flush: flush, OffsetsTopicPartitions: parts})
+	defer br.Close()
+	if err := br.CreateTopic(context.Background(), "t", TopicConfig{}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := br.offsetsTopic(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.SetParallelism(max(1, committers/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		g := fmt.Sprint("group-", next.Add(1))
+		off := int64(0)
+		for pb.Next() {
+			off++
+			_, err := br.Groups().CommitOffsets(group.CommitRequest{Group: g, Generation: -1,
+				Offsets: map[group.TopicPartition]group.OffsetAndMetadata{{Topic: "t", Partition: 0}: {Offset: off}}})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "commits/s")
 }
