@@ -11,6 +11,17 @@
 //	    partition the start and end offsets, high watermark, leader epoch,
 //	    size and segment count), or delete one.
 //
+//	spool groups list|describe|delete|reset-offsets [--data DIR] [--group G] ...
+//	    Manage consumer groups, like kafka-consumer-groups: list them with
+//	    their state, describe one (members, their hosts and assignments,
+//	    and per partition the committed offset, log end offset, high
+//	    watermark and lag), delete one without members, or reset its
+//	    committed offsets for a topic (--to-earliest, --to-latest,
+//	    --to-offset, --to-datetime or --shift-by; a dry run that prints
+//	    the plan unless --execute, which needs the group to be Empty).
+//	    Membership lives in the broker's memory, so a data directory
+//	    opened by the tool shows only groups with committed offsets, Empty.
+//
 //	spool produce --topic T [--key-separator SEP] [--print-acks] [--partition P] ...
 //	    Read records from stdin, one per line, and produce them, like
 //	    kafka-console-producer. With --print-acks, print "PARTITION OFFSET"
@@ -41,13 +52,14 @@
 //	    Exit status 1 when corruption is found, 0 when clean (warnings,
 //	    such as a torn tail a crash left, do not count), 2 on usage errors.
 //
-// The broker commands (topics, produce, consume, perf) open the data
+// The broker commands (topics, groups, produce, consume, perf) open the data
 // directory named by --data (default ./spool-data) with spool.Open, which
 // locks it: while one of them runs, another fails with a message saying
 // the directory is in use. Their --flush flag (sync, none or interval:D;
 // default sync) is the broker's flush policy. They exit 1 when the broker
 // reports an error (an invalid topic name, a topic that exists or does not,
-// a record that failed) and 2 on usage errors.
+// a group that does not exist or has members, a record that failed) and 2
+// on usage errors.
 //
 // dump and check read files with plain read-only opens and never take the
 // lock, so they can inspect the directory of a running broker (seeing
@@ -82,6 +94,7 @@ type command struct {
 // commands lists the subcommands in the order usage shows them.
 var commands = []command{
 	{"topics", "create|list|describe|delete [flags]", "create, list, describe and delete topics", runTopics},
+	{"groups", "list|describe|delete|reset-offsets [flags]", "list, describe and delete consumer groups; reset their offsets", runGroups},
 	{"produce", "--topic T [flags]", "produce stdin's lines as records", runProduce},
 	{"consume", "--topic T [flags]", "print a topic's records", runConsume},
 	{"perf", "produce|consume --topic T [flags]", "measure producer or consumer throughput and latency", runPerf},
@@ -92,7 +105,7 @@ var commands = []command{
 // Exit statuses shared by the subcommands.
 const (
 	exitOK      = 0
-	exitProblem = 1 // an error from the broker (topics, produce, consume, perf), corruption found (check), a file not dumped cleanly (dump)
+	exitProblem = 1 // an error from the broker (topics, groups, produce, consume, perf), corruption found (check), a file not dumped cleanly (dump)
 	exitUsage   = 2
 )
 
@@ -156,7 +169,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "\t%-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nUse \"spool help <command>\" for a command's flags")
-	fmt.Fprintf(w, " (\"spool help topics create\", \"spool help perf produce\" for theirs).\n")
+	fmt.Fprintf(w, " (\"spool help topics create\", \"spool help groups describe\", \"spool help perf produce\" for theirs).\n")
 }
 
 // printFlags lists a subcommand's flags as they are meant to be spelt,
