@@ -1,0 +1,289 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// conn is one client connection, served by one goroutine, one request at a
+// time.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	r      *bufio.Reader
+	w      *bufio.Writer
+	remote string
+
+	ctx    context.Context // cancelled when the connection goes
+	cancel context.CancelFunc
+
+	authenticated bool   // SASL done (or not required)
+	saslMech      string // mechanism chosen in SaslHandshake
+	saslV0        bool   // SaslHandshake v0: raw tokens follow
+	scram         *scramServer
+
+	stopping   atomic.Bool
+	busy       sync.Mutex // held while a request is served
+	closeAfter bool       // close once the current response is written
+}
+
+// request is a decoded request with its header.
+type request struct {
+	key, version  int16
+	correlationID int32
+	clientID      string
+	body          kmsg.Request
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &conn{
+		s: s, nc: nc, remote: nc.RemoteAddr().String(),
+		r:      bufio.NewReaderSize(nc, 64<<10),
+		w:      bufio.NewWriterSize(nc, 64<<10),
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	c.authenticated = s.opts.SASL == nil
+	return c
+}
+
+// stopAfterRequest makes the connection close once the request it is
+// serving (if any) is answered.
+func (c *conn) stopAfterRequest() {
+	c.stopping.Store(true)
+	// Wake a read that waits for the next request; a request being served
+	// holds busy and is left to finish.
+	if c.busy.TryLock() {
+		c.nc.SetReadDeadline(time.Now())
+		c.busy.Unlock()
+	}
+}
+
+func (c *conn) serve() {
+	defer func() {
+		c.cancel()
+		c.nc.Close()
+	}()
+	for !c.stopping.Load() {
+		c.nc.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
+		frame, err := c.readFrame()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !c.stopping.Load() && !isTimeout(err) {
+				c.s.logger.Debug("closing connection", "remote", c.remote, "err", err)
+			}
+			return
+		}
+		c.busy.Lock()
+		ok := c.handle(frame)
+		c.busy.Unlock()
+		if !ok {
+			return
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// readFrame reads one size-prefixed request frame.
+func (c *conn) readFrame() ([]byte, error) {
+	var sz [4]byte
+	if _, err := io.ReadFull(c.r, sz[:]); err != nil {
+		return nil, err
+	}
+	size := int32(binary.BigEndian.Uint32(sz[:]))
+	limit := c.s.opts.MaxRequestBytes
+	if !c.authenticated {
+		limit = c.s.opts.MaxPreAuthBytes
+	}
+	if size < 8 || int(size) > limit {
+		return nil, fmt.Errorf("transport: frame of %d bytes (limit %d)", size, limit)
+	}
+	frame := make([]byte, size)
+	c.nc.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
+	if _, err := io.ReadFull(c.r, frame); err != nil {
+		return nil, err
+	}
+	return frame, nil
+}
+
+// handle decodes and serves one request; false closes the connection.
+func (c *conn) handle(frame []byte) (ok bool) {
+	req, err := c.parse(frame)
+	if err != nil {
+		var uv *unsupportedVersion
+		if errors.As(err, &uv) && uv.key == kmsg.ApiVersions.Int16() {
+			return c.writeResponse(req, apiVersionsUnsupported()) == nil
+		}
+		c.s.logger.Debug("bad request; closing connection", "remote", c.remote, "err", err)
+		return false
+	}
+	if !c.authenticated && !preAuthAllowed(req.key) {
+		c.s.logger.Debug("request before SASL authentication; closing", "remote", c.remote, "key", req.key)
+		return false
+	}
+	resp, err := c.dispatch(req)
+	if err != nil {
+		c.s.logger.Debug("closing connection", "remote", c.remote, "api", kmsg.NameForKey(req.key), "err", err)
+		return false
+	}
+	if resp == nil {
+		return true // acks=0 produce: no response
+	}
+	if err := c.writeResponse(req, resp); err != nil {
+		return false
+	}
+	return !c.closeAfter
+}
+
+// dispatch runs the request's handler, turning a panic into a closed
+// connection rather than a dead server.
+func (c *conn) dispatch(req *request) (resp responseWriter, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.s.logger.Error("panic serving request", "api", kmsg.NameForKey(req.key), "version", req.version,
+				"remote", c.remote, "panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, fmt.Errorf("transport: panic: %v", r)
+		}
+	}()
+	h := handlers[req.key]
+	return h.serve(c, req)
+}
+
+type unsupportedVersion struct{ key, version int16 }
+
+func (e *unsupportedVersion) Error() string {
+	return fmt.Sprintf("transport: %s v%d is not supported", kmsg.NameForKey(e.key), e.version)
+}
+
+// parse reads a request header and body.
+func (c *conn) parse(frame []byte) (*request, error) {
+	req := &request{
+		key:           int16(binary.BigEndian.Uint16(frame[0:])),
+		version:       int16(binary.BigEndian.Uint16(frame[2:])),
+		correlationID: int32(binary.BigEndian.Uint32(frame[4:])),
+	}
+	h, ok := handlers[req.key]
+	if !ok || h.serve == nil {
+		return req, fmt.Errorf("transport: unknown API key %d", req.key)
+	}
+	body := kmsg.RequestForKey(req.key)
+	if body == nil {
+		return req, fmt.Errorf("transport: unknown API key %d", req.key)
+	}
+	if req.version < h.min || req.version > h.max || req.version > body.MaxVersion() {
+		return req, &unsupportedVersion{req.key, req.version}
+	}
+	body.SetVersion(req.version)
+	rest := frame[8:]
+	// client_id: an int16-length nullable string in every header version.
+	if len(rest) < 2 {
+		return req, errors.New("transport: truncated request header")
+	}
+	n := int16(binary.BigEndian.Uint16(rest))
+	rest = rest[2:]
+	if n > 0 {
+		if int(n) > len(rest) {
+			return req, errors.New("transport: truncated client id")
+		}
+		req.clientID = string(rest[:n])
+		rest = rest[n:]
+	}
+	if body.IsFlexible() {
+		var err error
+		if rest, err = skipTags(rest); err != nil {
+			return req, err
+		}
+	}
+	if err := body.ReadFrom(rest); err != nil {
+		return req, fmt.Errorf("transport: decode %s v%d: %w", kmsg.NameForKey(req.key), req.version, err)
+	}
+	req.body = body
+	return req, nil
+}
+
+// skipTags skips a tagged-field section (KIP-482).
+func skipTags(b []byte) ([]byte, error) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 {
+		return nil, errors.New("transport: bad tagged fields")
+	}
+	b = b[w:]
+	for i := uint64(0); i < n; i++ {
+		if _, w = binary.Uvarint(b); w <= 0 {
+			return nil, errors.New("transport: bad tag")
+		}
+		b = b[w:]
+		size, w := binary.Uvarint(b)
+		if w <= 0 || size > uint64(len(b)-w) {
+			return nil, errors.New("transport: bad tag size")
+		}
+		b = b[w+int(size):]
+	}
+	return b, nil
+}
+
+// responseWriter is a response ready to go out: a kmsg body, or a fetch
+// response whose record bytes come straight from segment files.
+type responseWriter interface {
+	// writeBody writes the body after the response header. size is
+	// called first for the frame length.
+	size(flexibleHeader bool) int
+	writeBody(c *conn) error
+}
+
+// kmsgResponse is a response encoded by kmsg.
+type kmsgResponse struct {
+	buf []byte
+}
+
+func encoded(resp kmsg.Response) *kmsgResponse { return &kmsgResponse{buf: resp.AppendTo(nil)} }
+
+func (r *kmsgResponse) size(bool) int { return len(r.buf) }
+
+func (r *kmsgResponse) writeBody(c *conn) error {
+	_, err := c.w.Write(r.buf)
+	return err
+}
+
+// writeResponse writes the response frame: size, correlation id, the tag
+// buffer of a flexible response header (never for ApiVersions), the body.
+func (c *conn) writeResponse(req *request, resp responseWriter) error {
+	flexible := false
+	if req.body != nil && req.key != kmsg.ApiVersions.Int16() {
+		flexible = req.body.IsFlexible()
+	}
+	n := 4 + resp.size(flexible)
+	if flexible {
+		n++
+	}
+	var hdr [9]byte
+	binary.BigEndian.PutUint32(hdr[0:], uint32(n))
+	binary.BigEndian.PutUint32(hdr[4:], uint32(req.correlationID))
+	h := hdr[:8]
+	if flexible {
+		h = hdr[:9] // an empty tag buffer
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.IdleTimeout))
+	if _, err := c.w.Write(h); err != nil {
+		return err
+	}
+	if err := resp.writeBody(c); err != nil {
+		return err
+	}
+	return c.w.Flush()
+}

@@ -1,0 +1,30 @@
+// Package transport serves a spool.Broker over the Kafka wire protocol, so
+// that Kafka clients and tools - franz-go, sarama, kafka-go, librdkafka and
+// kcat, kafkajs, the Java client - produce to it, consume from it, run
+// consumer groups and administer topics unchanged. It is the only package
+// that speaks the protocol: request and response bodies are franz-go's kmsg
+// types; this package frames them, negotiates versions and maps spool's
+// errors to Kafka's error codes.
+//
+// # Framing
+//
+//	request:  int32 size | int16 api_key | int16 api_version | int32 correlation_id |
+//	          int16-length client_id | tagged fields (flexible versions) | body
+//	response: int32 size | int32 correlation_id | tagged fields (flexible, but
+//	          never for ApiVersions) | body
+//
+// A connection is served by one goroutine, one request at a time, so
+// responses go out in request order, as Kafka does. A produce request with
+// acks=0 gets no response. A frame larger than Options.MaxRequestBytes (or,
+// before SASL authentication, MaxPreAuthBytes), an unknown API key, a
+// version outside the advertised range (other than ApiVersions, which
+// answers UNSUPPORTED_VERSION in a v0-shaped body as KIP-511 asks) or a
+// body that does not decode closes the connection. A panic in a handler
+// closes only its connection.
+//
+// # APIs
+//
+// Each API lives in a file named after its key (00_produce.go, 01_fetch.go,
+// ...) that registers the version range it implements; ApiVersions
+// advertises exactly those, each from version 0 where the semantics allow.
+package transport

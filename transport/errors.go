@@ -1,0 +1,134 @@
+package transport
+
+import (
+	"context"
+	"errors"
+
+	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/group"
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/record"
+)
+
+// Kafka error codes this package answers with (apache/kafka Errors.java).
+const (
+	errNone                        int16 = 0
+	errUnknownServerError          int16 = -1
+	errOffsetOutOfRange            int16 = 1
+	errCorruptMessage              int16 = 2
+	errUnknownTopicOrPartition     int16 = 3
+	errInvalidFetchSize            int16 = 4
+	errLeaderNotAvailable          int16 = 5
+	errNotLeaderOrFollower         int16 = 6
+	errRequestTimedOut             int16 = 7
+	errMessageTooLarge             int16 = 10
+	errOffsetMetadataTooLarge      int16 = 12
+	errCoordinatorLoadInProgress   int16 = 14
+	errCoordinatorNotAvailable     int16 = 15
+	errNotCoordinator              int16 = 16
+	errInvalidTopicException       int16 = 17
+	errRecordListTooLarge          int16 = 18
+	errNotEnoughReplicas           int16 = 19
+	errInvalidRequiredAcks         int16 = 21
+	errIllegalGeneration           int16 = 22
+	errInconsistentGroupProtocol   int16 = 23
+	errInvalidGroupID              int16 = 24
+	errUnknownMemberID             int16 = 25
+	errInvalidSessionTimeout       int16 = 26
+	errRebalanceInProgress         int16 = 27
+	errInvalidCommitOffsetSize     int16 = 28
+	errTopicAuthorizationFailed    int16 = 29
+	errGroupAuthorizationFailed    int16 = 30
+	errClusterAuthorizationFailed  int16 = 31
+	errInvalidTimestamp            int16 = 32
+	errUnsupportedSASLMechanism    int16 = 33
+	errIllegalSASLState            int16 = 34
+	errUnsupportedVersion          int16 = 35
+	errTopicAlreadyExists          int16 = 36
+	errInvalidPartitions           int16 = 37
+	errInvalidReplicationFactor    int16 = 38
+	errInvalidReplicaAssignment    int16 = 39
+	errInvalidConfig               int16 = 40
+	errNotController               int16 = 41
+	errInvalidRequest              int16 = 42
+	errUnsupportedForMessageFormat int16 = 43
+	errPolicyViolation             int16 = 44
+	errOutOfOrderSequenceNumber    int16 = 45
+	errDuplicateSequenceNumber     int16 = 46
+	errInvalidProducerEpoch        int16 = 47
+	errInvalidTxnState             int16 = 48
+	errInvalidProducerIDMapping    int16 = 49
+	errInvalidTransactionTimeout   int16 = 50
+	errConcurrentTransactions      int16 = 51
+	errKafkaStorageError           int16 = 56
+	errSASLAuthenticationFailed    int16 = 58
+	errUnknownProducerID           int16 = 59
+	errNonEmptyGroup               int16 = 68
+	errGroupIDNotFound             int16 = 69
+	errFencedLeaderEpoch           int16 = 74
+	errUnknownLeaderEpoch          int16 = 75
+	errOffsetNotAvailable          int16 = 78
+	errMemberIDRequired            int16 = 79
+	errGroupMaxSizeReached         int16 = 81
+	errFencedInstanceID            int16 = 82
+	errGroupSubscribedToTopic      int16 = 86
+	errInvalidRecord               int16 = 87
+	errUnknownTopicID              int16 = 100
+	errInconsistentTopicID         int16 = 103
+)
+
+// errorCode maps an error from spool's layers to the Kafka error code a
+// client acts on.
+func errorCode(err error) int16 {
+	switch {
+	case err == nil:
+		return errNone
+	case errors.Is(err, spool.ErrUnknownTopic), errors.Is(err, spool.ErrUnknownPartition):
+		return errUnknownTopicOrPartition
+	case errors.Is(err, log.ErrOffsetOutOfRange):
+		return errOffsetOutOfRange
+	case errors.Is(err, record.ErrRecordTooLarge):
+		return errMessageTooLarge
+	case errors.Is(err, record.ErrCorrupt):
+		return errCorruptMessage
+	case errors.Is(err, spool.ErrTopicExists):
+		return errTopicAlreadyExists
+	case errors.Is(err, spool.ErrInvalidTopic):
+		return errInvalidTopicException
+	case errors.Is(err, spool.ErrInvalidConfig):
+		return errInvalidConfig
+	case errors.Is(err, group.ErrUnknownMemberID):
+		return errUnknownMemberID
+	case errors.Is(err, group.ErrIllegalGeneration):
+		return errIllegalGeneration
+	case errors.Is(err, group.ErrRebalanceInProgress):
+		return errRebalanceInProgress
+	case errors.Is(err, group.ErrMemberIDRequired):
+		return errMemberIDRequired
+	case errors.Is(err, group.ErrInconsistentProtocol):
+		return errInconsistentGroupProtocol
+	case errors.Is(err, group.ErrInvalidSessionTimeout):
+		return errInvalidSessionTimeout
+	case errors.Is(err, group.ErrFencedInstanceID):
+		return errFencedInstanceID
+	case errors.Is(err, group.ErrGroupIDNotFound):
+		return errGroupIDNotFound
+	case errors.Is(err, group.ErrNonEmptyGroup):
+		return errNonEmptyGroup
+	case errors.Is(err, group.ErrInvalidGroupID):
+		return errInvalidGroupID
+	case errors.Is(err, group.ErrGroupMaxSizeReached):
+		return errGroupMaxSizeReached
+	case errors.Is(err, group.ErrGroupSubscribedToTopic):
+		return errGroupSubscribedToTopic
+	case errors.Is(err, group.ErrOffsetMetadataTooLarge):
+		return errOffsetMetadataTooLarge
+	case errors.Is(err, group.ErrCoordinatorClosed), errors.Is(err, spool.ErrClosed), errors.Is(err, log.ErrClosed):
+		return errCoordinatorNotAvailable
+	case errors.Is(err, log.ErrFailed):
+		return errKafkaStorageError
+	case errors.Is(err, context.DeadlineExceeded):
+		return errRequestTimedOut
+	}
+	return errUnknownServerError
+}

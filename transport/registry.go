@@ -1,0 +1,62 @@
+package transport
+
+import (
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handler serves one API key over a range of versions.
+type handler struct {
+	min, max int16
+	serve    func(c *conn, req *request) (responseWriter, error)
+}
+
+// handlers are the APIs the server implements, registered by the files
+// named after their keys.
+var handlers = map[int16]handler{}
+
+// register adds the handler of an API: fn gets the decoded request and
+// returns the response (nil for no response, as acks=0 produce) or an
+// error that closes the connection.
+func register[Req kmsg.Request](key kmsg.Key, min, max int16, fn func(c *conn, req *request, body Req) (kmsg.Response, error)) {
+	handlers[key.Int16()] = handler{min: min, max: max, serve: func(c *conn, req *request) (responseWriter, error) {
+		resp, err := fn(c, req, req.body.(Req))
+		if err != nil || resp == nil {
+			return nil, err
+		}
+		resp.SetVersion(req.version)
+		return encoded(resp), nil
+	}}
+}
+
+// registerRaw adds a handler that writes its own response (fetch, with
+// record bytes sent from files).
+func registerRaw(key kmsg.Key, min, max int16, fn func(c *conn, req *request) (responseWriter, error)) {
+	handlers[key.Int16()] = handler{min: min, max: max, serve: fn}
+}
+
+// advertised lists the implemented APIs and versions, by key.
+func advertised() []kmsg.ApiVersionsResponseApiKey {
+	keys := make([]int, 0, len(handlers))
+	for k := range handlers {
+		keys = append(keys, int(k))
+	}
+	sort.Ints(keys)
+	out := make([]kmsg.ApiVersionsResponseApiKey, 0, len(keys))
+	for _, k := range keys {
+		h := handlers[int16(k)]
+		out = append(out, kmsg.ApiVersionsResponseApiKey{ApiKey: int16(k), MinVersion: h.min, MaxVersion: h.max})
+	}
+	return out
+}
+
+// preAuthAllowed reports whether a request may come before SASL
+// authentication completes.
+func preAuthAllowed(key int16) bool {
+	switch kmsg.Key(key) {
+	case kmsg.ApiVersions, kmsg.SASLHandshake, kmsg.SASLAuthenticate:
+		return true
+	}
+	return false
+}
