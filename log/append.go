@@ -91,8 +91,28 @@ func (l *Log) AppendTrustedNoWait(b record.Batch) (int64, Pending, error) {
 		l.writers.Add(-1)
 		return 0, Pending{}, err
 	}
-	base, end, truncs, err := l.write(b)
+	base, end, truncs, err := l.write(b, false)
 	return base, Pending{end: end, truncs: truncs}, err
+}
+
+// AppendReplicaNoWait appends a batch exactly as a partition leader wrote
+// it: its base offset must be the log's end offset (else ErrOffsetMismatch)
+// and its partitionLeaderEpoch is kept, whatever SetLeaderEpoch says. This
+// is how a follower copies the leader's log, so that both hold the same
+// bytes at the same offsets. The batch is verified first (framing, CRC-32C):
+// it came from another broker. Wait for durability with WaitDurable.
+func (l *Log) AppendReplicaNoWait(b record.Batch) (Pending, error) {
+	l.writers.Add(1)
+	if b.IsZero() {
+		l.writers.Add(-1)
+		return Pending{}, fmt.Errorf("%w: empty batch", ErrCorrupt)
+	}
+	if err := b.Verify(); err != nil {
+		l.writers.Add(-1)
+		return Pending{}, err
+	}
+	_, end, truncs, err := l.write(b, true)
+	return Pending{end: end, truncs: truncs}, err
 }
 
 // WaitDurable returns once the append p is on stable storage under the Sync
@@ -149,15 +169,16 @@ func (l *Log) checkProducerBatch(b record.Batch) error {
 // The caller has counted itself in l.writers; write undoes that once the
 // batch is written (or refused).
 func (l *Log) append(b record.Batch) (int64, error) {
-	base, end, truncs, err := l.write(b)
+	base, end, truncs, err := l.write(b, false)
 	if err != nil || l.opts.Flush.kind != flushSync {
 		return base, err
 	}
 	return base, l.syncTo(end, truncs)
 }
 
-// write stamps the base offset, rolls if needed and writes the batch.
-func (l *Log) write(b record.Batch) (base, end, truncs int64, err error) {
+// write stamps the base offset (or, for a replica's batch, checks it),
+// rolls if needed and writes the batch.
+func (l *Log) write(b record.Batch, replica bool) (base, end, truncs int64, err error) {
 	defer l.writers.Add(-1)
 	if b.Size() > l.opts.MaxMessageBytes {
 		return 0, 0, 0, fmt.Errorf("%w: batch of %d bytes is over MaxMessageBytes %d", record.ErrRecordTooLarge, b.Size(), l.opts.MaxMessageBytes)
@@ -171,9 +192,15 @@ func (l *Log) write(b record.Batch) (base, end, truncs int64, err error) {
 	if base > math.MaxInt64-int64(b.LastOffsetDelta())-1 {
 		return 0, 0, 0, fmt.Errorf("%w: %d records after offset %d", ErrOffsetOverflow, b.LastOffsetDelta()+1, base)
 	}
-	b.SetBaseOffset(base)
-	if e := l.epoch.Load(); e >= 0 {
-		b.SetPartitionLeaderEpoch(e)
+	if replica {
+		if b.BaseOffset() != base {
+			return 0, 0, 0, fmt.Errorf("%w: batch at %d, log ends at %d", ErrOffsetMismatch, b.BaseOffset(), base)
+		}
+	} else {
+		b.SetBaseOffset(base)
+		if e := l.epoch.Load(); e >= 0 {
+			b.SetPartitionLeaderEpoch(e)
+		}
 	}
 	if err := l.maybeRoll(b); err != nil {
 		return 0, 0, 0, err

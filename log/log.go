@@ -37,6 +37,9 @@ var (
 	ErrFailed = errors.New("log: failed; close and reopen to recover")
 	// ErrOffsetOverflow means the log's offsets would pass 2^63-1.
 	ErrOffsetOverflow = errors.New("log: offset overflow")
+	// ErrOffsetMismatch means a replicated batch does not begin at the
+	// log's end offset (AppendReplica).
+	ErrOffsetMismatch = errors.New("log: batch does not start at the log end offset")
 )
 
 const lockFile = ".lock"

@@ -155,8 +155,11 @@ func (c *EpochCache) Assign(epoch int32, startOffset int64) error {
 
 // EndOffsetFor answers Kafka's OffsetsForLeaderEpoch as KIP-279 has it: the
 // largest epoch the cache knows that is <= epoch, and the offset where it
-// ended (the start of the next epoch, or logEnd for the latest). With no such
-// epoch it returns -1, -1.
+// ended (the start of the next epoch, or logEnd for the latest). For an
+// epoch older than every entry it returns that epoch and the first entry's
+// start offset, as Kafka does since its PR #5678: the older records are gone
+// from the log, and a follower must copy from there. An empty cache returns
+// -1, -1.
 func (c *EpochCache) EndOffsetFor(epoch int32, logEnd int64) (int32, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -167,6 +170,9 @@ func (c *EpochCache) EndOffsetFor(epoch int32, logEnd int64) (int32, int64) {
 			}
 			return c.entries[i].Epoch, c.entries[i+1].StartOffset
 		}
+	}
+	if len(c.entries) > 0 {
+		return epoch, c.entries[0].StartOffset
 	}
 	return -1, -1
 }

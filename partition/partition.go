@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/log"
@@ -15,8 +16,14 @@ type Options struct {
 	// Log configures the partition's log.
 	Log log.Options
 	// LeaderEpoch is the epoch this broker leads the partition in; appends
-	// are stamped with it. A single broker uses 0, the default.
+	// are stamped with it. A single broker uses 0, the default. Ignored when
+	// Replicated.
 	LeaderEpoch int32
+	// Replicated hands the partition to a replication layer (package
+	// replica): Open starts no epoch, the high watermark is what
+	// SetHighWatermark last set rather than the log's committed offset, and
+	// BecomeLeader or BecomeFollower says how appends are made.
+	Replicated bool
 }
 
 // Partition is one topic partition on this broker. Safe for concurrent
@@ -27,7 +34,11 @@ type Partition struct {
 	dir    string
 	log    *log.Log
 	epochs *EpochCache
-	epoch  int32
+	epoch  atomic.Int32
+
+	replicated bool
+	hw         atomic.Int64 // replicated only
+	hwNotify   notifier
 }
 
 // Open opens (or creates) the partition whose log lives in dir.
@@ -36,12 +47,17 @@ func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Partition{topic: topic, id: id, dir: dir, log: l, epoch: opts.LeaderEpoch}
+	p := &Partition{topic: topic, id: id, dir: dir, log: l, replicated: opts.Replicated}
+	p.epoch.Store(opts.LeaderEpoch)
+	if opts.Replicated {
+		p.epoch.Store(-1)
+		p.hw.Store(l.StartOffset())
+	}
 	if err := p.loadEpochs(opts); err != nil {
 		l.Close()
 		return nil, err
 	}
-	l.SetLeaderEpoch(p.epoch)
+	l.SetLeaderEpoch(p.epoch.Load())
 	return p, nil
 }
 
@@ -68,11 +84,13 @@ func (p *Partition) loadEpochs(opts Options) error {
 	if err := c.TruncateFromStart(p.log.StartOffset()); err != nil {
 		return err
 	}
-	if err := c.Assign(opts.LeaderEpoch, p.log.EndOffset()); err != nil {
-		return err
-	}
-	if latest := c.Latest(); latest > p.epoch {
-		return fmt.Errorf("partition %s-%d: the log holds leader epoch %d, newer than this broker's %d", p.topic, p.id, latest, p.epoch)
+	if !opts.Replicated {
+		if err := c.Assign(opts.LeaderEpoch, p.log.EndOffset()); err != nil {
+			return err
+		}
+		if latest := c.Latest(); latest > opts.LeaderEpoch {
+			return fmt.Errorf("partition %s-%d: the log holds leader epoch %d, newer than this broker's %d", p.topic, p.id, latest, opts.LeaderEpoch)
+		}
 	}
 	p.epochs = c
 	return nil
@@ -122,12 +140,20 @@ func (p *Partition) Log() *log.Log { return p.log }
 // Epochs is the leader-epoch cache.
 func (p *Partition) Epochs() *EpochCache { return p.epochs }
 
-// LeaderEpoch is the epoch this broker leads the partition in.
-func (p *Partition) LeaderEpoch() int32 { return p.epoch }
+// LeaderEpoch is the partition's current leader epoch: the one this broker
+// leads it in, or, for a follower, the leader's. -1 for a replicated
+// partition with no role yet.
+func (p *Partition) LeaderEpoch() int32 { return p.epoch.Load() }
 
 // HighWatermark is the offset below which consumers may read: on a single
-// broker, the log's committed offset.
-func (p *Partition) HighWatermark() int64 { return p.log.CommittedOffset() }
+// broker, the log's committed offset; on a replicated partition, what the
+// replication layer set, never past the committed offset.
+func (p *Partition) HighWatermark() int64 {
+	if p.replicated {
+		return min(p.hw.Load(), p.log.CommittedOffset())
+	}
+	return p.log.CommittedOffset()
+}
 
 // StartOffset is the log start offset.
 func (p *Partition) StartOffset() int64 { return p.log.StartOffset() }
@@ -161,7 +187,12 @@ func (p *Partition) OffsetForTime(t time.Time) (int64, bool, error) { return p.l
 
 // Changed returns a channel closed when the high watermark next moves (or
 // the log is truncated, fails or closes).
-func (p *Partition) Changed() <-chan struct{} { return p.log.Changed() }
+func (p *Partition) Changed() <-chan struct{} {
+	if p.replicated {
+		return p.hwNotify.wait()
+	}
+	return p.log.Changed()
+}
 
 // FetchResult is what Fetch returns.
 type FetchResult struct {
@@ -176,9 +207,10 @@ type FetchResult struct {
 
 // Fetch reads committed batches from offset - at most maxBytes, but always
 // the first batch whole - waiting up to maxWait for at least minBytes to be
-// available, or until ctx ends. An offset outside [StartOffset,
-// HighWatermark] is an error wrapping log.ErrOffsetOutOfRange. With minBytes
-// <= 0 it returns at once.
+// available, or until ctx ends. An offset outside [StartOffset, EndOffset]
+// is an error wrapping log.ErrOffsetOutOfRange; one past the high watermark
+// but not past the end (written, not yet committed) waits like one at the
+// high watermark. With minBytes <= 0 it returns at once.
 func (p *Partition) Fetch(ctx context.Context, offset int64, minBytes, maxBytes int, maxWait time.Duration) (FetchResult, error) {
 	return p.FetchInto(ctx, nil, offset, minBytes, maxBytes, maxWait)
 }
@@ -187,9 +219,14 @@ func (p *Partition) Fetch(ctx context.Context, offset int64, minBytes, maxBytes 
 func (p *Partition) FetchInto(ctx context.Context, buf []byte, offset int64, minBytes, maxBytes int, maxWait time.Duration) (FetchResult, error) {
 	var deadline <-chan time.Time
 	for {
-		changed := p.log.Changed()
-		out, err := p.log.ReadInto(buf[:0], offset, maxBytes)
-		res := FetchResult{Batches: out, HighWatermark: p.HighWatermark(), LogStartOffset: p.StartOffset()}
+		changed := p.Changed()
+		hw := p.HighWatermark()
+		var out []byte
+		var err error
+		if offset <= hw || offset > p.log.EndOffset() {
+			out, err = p.log.ReadUpTo(buf[:0], offset, maxBytes, hw)
+		} // else written but not committed yet: nothing to return, as Kafka
+		res := FetchResult{Batches: out, HighWatermark: hw, LogStartOffset: p.StartOffset()}
 		if err != nil || len(out) >= minBytes || maxWait <= 0 {
 			return res, err
 		}
@@ -209,4 +246,8 @@ func (p *Partition) FetchInto(ctx context.Context, buf []byte, offset int64, min
 }
 
 // Close closes the log.
-func (p *Partition) Close() error { return p.log.Close() }
+func (p *Partition) Close() error {
+	err := p.log.Close()
+	p.hwNotify.broadcast()
+	return err
+}

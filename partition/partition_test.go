@@ -51,6 +51,11 @@ func TestEpochCache(t *testing.T) {
 	require.Equal(t, []EpochEntry{{0, 0}, {2, 50}}, c.Entries())
 	require.NoError(t, c.TruncateFromStart(55))
 	require.Equal(t, []EpochEntry{{2, 55}}, c.Entries())
+	// Older than every entry: the asked epoch, ending where the log's
+	// first known epoch starts (Kafka PR #5678).
+	e, off = c.EndOffsetFor(1, 60)
+	require.Equal(t, int32(1), e)
+	require.Equal(t, int64(55), off)
 	// A new epoch starting where an empty one did replaces it.
 	require.NoError(t, c.Assign(3, 90))
 	require.NoError(t, c.Assign(4, 90))

@@ -1,0 +1,84 @@
+package log
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/spoolmq/spool/record"
+	"github.com/stretchr/testify/require"
+)
+
+// TestAppendReplicaCopiesLeaderBytes copies one log into another batch by
+// batch, as a follower does, and checks the copy is byte-identical (offsets
+// and leader epochs included) while the follower's own epoch is ignored.
+func TestAppendReplicaCopiesLeaderBytes(t *testing.T) {
+	leader, err := Open(t.TempDir(), tiny())
+	require.NoError(t, err)
+	defer leader.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for epoch := int32(0); epoch < 4; epoch++ {
+		leader.SetLeaderEpoch(epoch)
+		appendN(t, leader, 60, 7, rng)
+	}
+	follower, err := Open(t.TempDir(), tiny())
+	require.NoError(t, err)
+	defer follower.Close()
+	follower.SetLeaderEpoch(99) // must not be stamped on replicated batches
+
+	for off := int64(0); off < leader.EndOffset(); {
+		buf, err := leader.ReadUpTo(nil, off, 500, leader.EndOffset())
+		require.NoError(t, err)
+		for len(buf) > 0 {
+			b, n, err := record.ParseBatch(buf)
+			require.NoError(t, err)
+			p, err := follower.AppendReplicaNoWait(b)
+			require.NoError(t, err)
+			require.NoError(t, follower.WaitDurable(p))
+			off = b.NextOffset()
+			buf = buf[n:]
+		}
+	}
+	require.Equal(t, leader.EndOffset(), follower.EndOffset())
+	want, err := leader.Read(0, 1<<30)
+	require.NoError(t, err)
+	got, err := follower.Read(0, 1<<30)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "the follower's log differs from the leader's")
+}
+
+func TestAppendReplicaRefusesGapsAndDamage(t *testing.T) {
+	l, err := Open(t.TempDir(), tiny())
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.Append(record.Record{Value: []byte("a")})
+	require.NoError(t, err)
+
+	b, err := record.NewBatch([]record.Record{{Value: []byte("b")}, {Value: []byte("c")}}, record.BatchOptions{})
+	require.NoError(t, err)
+	b.SetPartitionLeaderEpoch(3)
+
+	for _, base := range []int64{0, 2, 5} { // behind, ahead, far ahead
+		b.SetBaseOffset(base)
+		_, err = l.AppendReplicaNoWait(b)
+		require.ErrorIs(t, err, ErrOffsetMismatch, "base %d", base)
+	}
+	b.SetBaseOffset(1)
+	bad := append([]byte(nil), b.Bytes()...)
+	bad[len(bad)-1] ^= 0x40 // a bit flip the CRC covers
+	_, err = l.AppendReplicaNoWait(mustParse(t, bad))
+	require.ErrorIs(t, err, ErrCorrupt)
+	_, err = l.AppendReplicaNoWait(record.Batch{})
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.Equal(t, int64(1), l.EndOffset(), "refused batches change nothing")
+
+	p, err := l.AppendReplicaNoWait(b)
+	require.NoError(t, err)
+	require.NoError(t, l.WaitDurable(p))
+	require.Equal(t, int64(3), l.EndOffset())
+	buf, err := l.Read(1, 1<<20)
+	require.NoError(t, err)
+	got := mustParse(t, buf)
+	require.Equal(t, int32(3), got.PartitionLeaderEpoch())
+	require.Equal(t, int64(1), got.BaseOffset())
+}

@@ -1,0 +1,156 @@
+package partition
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/record"
+)
+
+// This file is the partition's side of replication: what package replica
+// calls on a partition opened with Options.Replicated.
+
+// BecomeLeader makes this broker the partition's leader in epoch: the epoch
+// is recorded as starting at the log end offset (on stable storage before
+// any batch of the epoch is written) and stamped into every later append.
+// An epoch older than the partition's current one is refused.
+func (p *Partition) BecomeLeader(epoch int32) error {
+	if cur := p.epoch.Load(); epoch < cur {
+		return fmt.Errorf("partition %s-%d: leader epoch %d is older than %d", p.topic, p.id, epoch, cur)
+	}
+	if err := p.epochs.Assign(epoch, p.log.EndOffset()); err != nil {
+		return err
+	}
+	p.epoch.Store(epoch)
+	p.log.SetLeaderEpoch(epoch)
+	return nil
+}
+
+// BecomeFollower makes this broker a follower of the leader of epoch:
+// appends from producers stop being stamped, and AppendReplica copies the
+// leader's batches as they are.
+func (p *Partition) BecomeFollower(epoch int32) error {
+	if cur := p.epoch.Load(); epoch < cur {
+		return fmt.Errorf("partition %s-%d: leader epoch %d is older than %d", p.topic, p.id, epoch, cur)
+	}
+	p.log.SetLeaderEpoch(-1)
+	p.epoch.Store(epoch)
+	return nil
+}
+
+// AppendReplica appends batches fetched from the leader - whole RecordBatch
+// v2 frames back to back, the first starting at the log end offset - keeping
+// their offsets and leader epochs, and records in the epoch cache each
+// epoch the batches begin (before writing them, so that the cache never
+// misses an epoch the log holds). It returns the new end offset once the
+// batches are durable under the log's flush policy. A batch that does not
+// parse, verify or follow on is an error; the batches before it stay.
+func (p *Partition) AppendReplica(batches []byte) (int64, error) {
+	var last log.Pending
+	var wrote bool
+	for len(batches) > 0 {
+		b, n, err := record.ParseBatch(batches)
+		if err != nil {
+			if wrote {
+				err = joinWait(err, p.log.WaitDurable(last))
+			}
+			return p.log.EndOffset(), err
+		}
+		if e := b.PartitionLeaderEpoch(); e >= 0 && e > p.epochs.Latest() {
+			if err := p.epochs.Assign(e, b.BaseOffset()); err != nil {
+				return p.log.EndOffset(), err
+			}
+		}
+		pd, err := p.log.AppendReplicaNoWait(b)
+		if err != nil {
+			if wrote {
+				err = joinWait(err, p.log.WaitDurable(last))
+			}
+			return p.log.EndOffset(), err
+		}
+		last, wrote = pd, true
+		batches = batches[n:]
+	}
+	if wrote {
+		if err := p.log.WaitDurable(last); err != nil {
+			return p.log.EndOffset(), err
+		}
+	}
+	return p.log.EndOffset(), nil
+}
+
+func joinWait(err, werr error) error {
+	if werr != nil {
+		return fmt.Errorf("%w (and waiting for the batches before it: %v)", err, werr)
+	}
+	return err
+}
+
+// TruncateTo removes every record at or after offset (the batch holding it
+// goes whole, see log.Log.Truncate), drops the epochs that began there and
+// lowers the high watermark to the new end. It returns the new end offset.
+func (p *Partition) TruncateTo(offset int64) (int64, error) {
+	end, err := p.log.Truncate(offset)
+	if err != nil {
+		return 0, err
+	}
+	if err := p.epochs.TruncateFromEnd(end); err != nil {
+		return end, err
+	}
+	if p.replicated {
+		for {
+			hw := p.hw.Load()
+			if hw <= end || p.hw.CompareAndSwap(hw, end) {
+				break
+			}
+		}
+		p.hwNotify.broadcast()
+	}
+	return end, nil
+}
+
+// SetHighWatermark sets a replicated partition's high watermark (it is
+// never reported past the log's committed offset) and wakes fetches waiting
+// for it. The replication layer keeps it monotonic on a leader; a follower
+// takes the leader's. No effect on a partition that is not Replicated.
+func (p *Partition) SetHighWatermark(hw int64) {
+	if !p.replicated {
+		return
+	}
+	if p.hw.Swap(hw) != hw {
+		p.hwNotify.broadcast()
+	}
+}
+
+// EndOffsetForEpoch answers OffsetsForLeaderEpoch from this replica's log:
+// see EpochCache.EndOffsetFor. The end of the latest epoch is the log's
+// committed offset: what this replica holds on stable storage.
+func (p *Partition) EndOffsetForEpoch(epoch int32) (int32, int64) {
+	return p.epochs.EndOffsetFor(epoch, p.log.CommittedOffset())
+}
+
+// notifier is a broadcast: wait returns a channel closed at the next
+// broadcast.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (n *notifier) wait() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *notifier) broadcast() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
+}

@@ -1,0 +1,141 @@
+package partition
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/record"
+	"github.com/stretchr/testify/require"
+)
+
+func replicated(flush log.FlushPolicy) Options {
+	o := opts(flush)
+	o.Replicated = true
+	return o
+}
+
+func appendValues(t *testing.T, p *Partition, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		_, err := p.Append(record.Record{Value: []byte{byte(i)}})
+		require.NoError(t, err)
+	}
+}
+
+// TestReplicatedLeaderAndFollower copies a leader's log to a follower
+// through AppendReplica across two epochs and checks the copy, the epoch
+// caches and the high-watermark bound on fetches.
+func TestReplicatedLeaderAndFollower(t *testing.T) {
+	leader, err := Open(t.TempDir(), "t", 0, replicated(log.Sync))
+	require.NoError(t, err)
+	defer leader.Close()
+	follower, err := Open(t.TempDir(), "t", 0, replicated(log.Sync))
+	require.NoError(t, err)
+	defer follower.Close()
+	require.Equal(t, int32(-1), leader.LeaderEpoch())
+	require.Empty(t, leader.Epochs().Entries(), "a replicated partition starts no epoch itself")
+
+	require.NoError(t, leader.BecomeLeader(1))
+	require.NoError(t, follower.BecomeFollower(1))
+	appendValues(t, leader, 5)
+	require.NoError(t, leader.BecomeLeader(4))
+	appendValues(t, leader, 5)
+	require.Error(t, leader.BecomeLeader(3), "epochs never go back")
+
+	// Nothing is visible to consumers before the high watermark moves.
+	res, err := leader.Fetch(context.Background(), 0, 0, 1<<20, 0)
+	require.NoError(t, err)
+	require.Empty(t, res.Batches)
+	require.Equal(t, int64(0), res.HighWatermark)
+	// An offset written but not committed is not out of range: it waits.
+	res, err = leader.Fetch(context.Background(), 7, 0, 1<<20, 0)
+	require.NoError(t, err)
+	require.Empty(t, res.Batches)
+	_, err = leader.Fetch(context.Background(), 11, 0, 1<<20, 0)
+	require.ErrorIs(t, err, log.ErrOffsetOutOfRange)
+
+	data, err := leader.Log().ReadUpTo(nil, 0, 1<<20, leader.EndOffset())
+	require.NoError(t, err)
+	end, err := follower.AppendReplica(data)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), end)
+	got, err := follower.Log().ReadUpTo(nil, 0, 1<<20, end)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(data, got))
+	require.Equal(t, []EpochEntry{{1, 0}, {4, 5}}, follower.Epochs().Entries())
+	require.Equal(t, leader.Epochs().Entries(), follower.Epochs().Entries())
+
+	// A fetch waiting at the high watermark wakes when it moves.
+	done := make(chan FetchResult, 1)
+	go func() {
+		r, _ := follower.Fetch(context.Background(), 0, 1, 1<<20, time.Minute)
+		done <- r
+	}()
+	time.Sleep(10 * time.Millisecond)
+	follower.SetHighWatermark(5)
+	select {
+	case r := <-done:
+		require.Equal(t, int64(5), r.HighWatermark)
+		n := 0
+		for buf := r.Batches; len(buf) > 0; {
+			b, sz, err := record.ParseBatch(buf)
+			require.NoError(t, err)
+			require.Less(t, b.LastOffset(), int64(5))
+			n += int(b.NumRecords())
+			buf = buf[sz:]
+		}
+		require.Equal(t, 5, n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("fetch did not wake on the high watermark")
+	}
+
+	// Epoch queries as a leader answers them.
+	e, off := leader.EndOffsetForEpoch(1)
+	require.Equal(t, int32(1), e)
+	require.Equal(t, int64(5), off)
+	e, off = leader.EndOffsetForEpoch(3)
+	require.Equal(t, int32(1), e)
+	require.Equal(t, int64(5), off)
+	e, off = leader.EndOffsetForEpoch(4)
+	require.Equal(t, int32(4), e)
+	require.Equal(t, int64(10), off)
+
+	// Truncation drops the epoch that began past the cut and the high
+	// watermark with it.
+	follower.SetHighWatermark(10)
+	end, err = follower.TruncateTo(5)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), end)
+	require.Equal(t, []EpochEntry{{1, 0}}, follower.Epochs().Entries())
+	require.Equal(t, int64(5), follower.HighWatermark())
+
+	// A batch that does not follow on is refused, the log unchanged.
+	_, err = follower.AppendReplica(data)
+	require.ErrorIs(t, err, log.ErrOffsetMismatch)
+	require.Equal(t, int64(5), follower.EndOffset())
+	_, err = follower.AppendReplica([]byte("not a batch at all, but long enough to look at its header bytes......"))
+	require.Error(t, err)
+	require.Equal(t, int64(5), follower.EndOffset())
+}
+
+// TestReplicatedReopenKeepsEpochs reopens a replicated partition: the epoch
+// cache survives, no epoch is started by Open, and the log's epochs may be
+// newer than anything the broker has been told yet.
+func TestReplicatedReopenKeepsEpochs(t *testing.T) {
+	dir := t.TempDir()
+	p, err := Open(dir, "t", 0, replicated(log.None))
+	require.NoError(t, err)
+	require.NoError(t, p.BecomeLeader(7))
+	appendValues(t, p, 3)
+	require.NoError(t, p.Close())
+
+	p, err = Open(dir, "t", 0, replicated(log.None))
+	require.NoError(t, err)
+	defer p.Close()
+	require.Equal(t, []EpochEntry{{7, 0}}, p.Epochs().Entries())
+	require.Equal(t, int32(-1), p.LeaderEpoch())
+	require.Equal(t, int64(0), p.HighWatermark(), "the high watermark is relearned from the leader")
+}
