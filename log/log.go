@@ -497,6 +497,51 @@ func (l *Log) Close() error {
 	return err
 }
 
+// Crash closes the log as if its process had died: nothing is flushed and
+// no clean shutdown is recorded, so the next Open recovers the tail. With
+// dropUnsynced, every record not yet on stable storage is cut from the
+// files too, as a power failure may do: under Sync, what no append has
+// returned for; under Interval and None, what the last flush did not cover.
+// It is for crash tests of the layers above; a closed log reports ErrClosed.
+func (l *Log) Crash(dropUnsynced bool) error {
+	if l.closed.Swap(true) {
+		return ErrClosed
+	}
+	close(l.bgStop)
+	<-l.bgDone
+	l.notify.broadcast()
+	unlock := l.lockState()
+	var err error
+	if dropUnsynced {
+		keep := l.rp.Offset
+		if l.opts.Flush.kind == flushSync {
+			l.syncMu.Lock()
+			keep = max(keep, l.durable)
+			l.syncMu.Unlock()
+		}
+		if keep < l.next.Load() {
+			segs := l.segments()
+			n := 0
+			for n < len(segs) && segs[n].Base() <= keep {
+				n++
+			}
+			if n == 0 {
+				n = 1
+			}
+			err = l.truncateInto(segs, n, max(keep, segs[0].Base()))
+		}
+	}
+	l.closeSegments(false)
+	l.syncMu.Lock()
+	l.syncCond.Broadcast()
+	l.syncMu.Unlock()
+	unlock()
+	if lerr := l.lock.Close(); err == nil {
+		err = lerr
+	}
+	return err
+}
+
 func (l *Log) closeSegments(clean bool) {
 	p := l.segs.Load()
 	if p == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/record"
 	"github.com/stretchr/testify/require"
@@ -81,4 +82,47 @@ func TestAppendReplicaRefusesGapsAndDamage(t *testing.T) {
 	got := mustParse(t, buf)
 	require.Equal(t, int32(3), got.PartitionLeaderEpoch())
 	require.Equal(t, int64(1), got.BaseOffset())
+}
+
+// TestCrashKeepsOrDropsUnsynced crashes a log (no flush, no clean-shutdown
+// mark) and reopens it: written records survive a process crash; with
+// dropUnsynced only the durable ones do.
+func TestCrashKeepsOrDropsUnsynced(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+		drop bool
+		want int64
+	}{
+		{"None, process crash", Options{Flush: None, SegmentBytes: 4096}, false, 200},
+		{"None, power loss", Options{Flush: None, SegmentBytes: 4096, CheckpointInterval: time.Hour}, true, 0},
+		{"Sync, power loss", Options{Flush: Sync, SegmentBytes: 4096}, true, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l, err := Open(dir, tc.opts)
+			require.NoError(t, err)
+			for i := int64(0); i < 200; i++ {
+				_, err := l.Append(record.Record{Value: value(i), Timestamp: time.UnixMilli(1_700_000_000_000 + i)})
+				require.NoError(t, err)
+			}
+			require.NoError(t, l.Crash(tc.drop))
+			flushed := l.rp.Offset // what the last flush covered
+			require.ErrorIs(t, l.Crash(false), ErrClosed)
+			cp, err := ReadCheckpoint(dir)
+			require.NoError(t, err)
+			require.False(t, cp.CleanShutdown)
+
+			l, err = Open(dir, tc.opts)
+			require.NoError(t, err)
+			defer l.Close()
+			if tc.name == "None, power loss" {
+				// Segments are flushed when they are sealed: those stay.
+				require.Equal(t, flushed, l.EndOffset())
+			} else {
+				require.Equal(t, tc.want, l.EndOffset())
+			}
+			checkRecords(t, readAll(t, l, 0), 0, l.EndOffset())
+		})
+	}
 }
