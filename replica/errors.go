@@ -1,0 +1,69 @@
+package replica
+
+import "errors"
+
+// Errors returned by the replica package, tested with errors.Is. Package
+// transport maps them to Kafka's error codes (named in each comment).
+var (
+	// ErrNotLeader means this broker does not lead the partition (or no
+	// longer does): refresh metadata and retry at the leader
+	// (NOT_LEADER_OR_FOLLOWER).
+	ErrNotLeader = errors.New("replica: not the partition leader")
+	// ErrLeaderNotAvailable means the partition has no leader right now,
+	// for example while its whole ISR is down and unclean election is off
+	// (LEADER_NOT_AVAILABLE).
+	ErrLeaderNotAvailable = errors.New("replica: partition has no leader")
+	// ErrFencedLeaderEpoch means a request carried a leader epoch older
+	// than the replica's: the sender acts on stale metadata (KIP-320,
+	// FENCED_LEADER_EPOCH).
+	ErrFencedLeaderEpoch = errors.New("replica: leader epoch is stale")
+	// ErrUnknownLeaderEpoch means a request carried a leader epoch newer
+	// than the replica knows yet (UNKNOWN_LEADER_EPOCH); retry shortly.
+	ErrUnknownLeaderEpoch = errors.New("replica: leader epoch is newer than this replica knows")
+	// ErrNotEnoughReplicas refuses an acks=all produce before writing
+	// anything: the ISR is smaller than MinInSyncReplicas
+	// (NOT_ENOUGH_REPLICAS).
+	ErrNotEnoughReplicas = errors.New("replica: fewer in-sync replicas than MinInSyncReplicas")
+	// ErrNotEnoughReplicasAfterAppend fails an acks=all produce that was
+	// written while the ISR then fell below MinInSyncReplicas and stayed
+	// there until the request timed out. The records may still become
+	// committed later: the outcome is unknown, as with any timeout
+	// (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+	ErrNotEnoughReplicasAfterAppend = errors.New("replica: written, but the ISR fell below MinInSyncReplicas before the records were committed")
+	// ErrTimedOut fails an acks=all produce whose records were written but
+	// not committed within its timeout; they may still be committed later
+	// (REQUEST_TIMED_OUT).
+	ErrTimedOut = errors.New("replica: timed out waiting for the in-sync replicas")
+	// ErrStaleState refuses a change to a partition's leader or ISR made
+	// against an older partition epoch or leader epoch than the
+	// controller's (KIP-497 AlterPartition, INVALID_UPDATE_VERSION /
+	// FENCED_LEADER_EPOCH).
+	ErrStaleState = errors.New("replica: partition state is stale")
+	// ErrIneligibleReplica refuses to add a replica to the ISR whose broker
+	// restarted since the leader last heard from it (KIP-903,
+	// INELIGIBLE_REPLICA).
+	ErrIneligibleReplica = errors.New("replica: replica is not eligible for the ISR")
+	// ErrUnknownPartition means this broker holds no replica of the
+	// partition (UNKNOWN_TOPIC_OR_PARTITION).
+	ErrUnknownPartition = errors.New("replica: unknown partition")
+	// ErrUnreachable means a link to another broker failed: the broker is
+	// down or cut off. Callers retry.
+	ErrUnreachable = errors.New("replica: broker unreachable")
+	// ErrClosed means the replica (or node) was closed.
+	ErrClosed = errors.New("replica: closed")
+	// ErrInvalidConfig reports a bad configuration or request argument.
+	ErrInvalidConfig = errors.New("replica: invalid configuration")
+)
+
+// Errors about topics, from a Controller.
+var (
+	// ErrTopicExists refuses to create a topic that exists
+	// (TOPIC_ALREADY_EXISTS).
+	ErrTopicExists = errors.New("replica: topic already exists")
+	// ErrUnknownTopic means the controller has no such topic
+	// (UNKNOWN_TOPIC_OR_PARTITION).
+	ErrUnknownTopic = errors.New("replica: unknown topic")
+	// ErrNotEnoughBrokers refuses a replication factor larger than the
+	// live brokers (INVALID_REPLICATION_FACTOR).
+	ErrNotEnoughBrokers = errors.New("replica: not enough live brokers for the replication factor")
+)

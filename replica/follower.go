@@ -1,0 +1,148 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spoolmq/spool/log"
+)
+
+// fetcher is a follower's copy loop for one leader epoch.
+type fetcher struct {
+	leader int32
+	epoch  int32
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *ReplicaSet) startFetcher(leader, epoch int32) {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &fetcher{leader: leader, epoch: epoch, cancel: cancel, done: make(chan struct{})}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		cancel()
+		return
+	}
+	r.fetcher = f
+	r.mu.Unlock()
+	go r.follow(ctx, f)
+}
+
+func (r *ReplicaSet) stopFetcher() {
+	r.mu.Lock()
+	f := r.fetcher
+	r.fetcher = nil
+	r.mu.Unlock()
+	if f != nil {
+		f.cancel()
+		<-f.done
+	}
+}
+
+// follow copies the leader's log: first it truncates by leader epoch to
+// where the two logs agree, then it fetches from its log end, appends what
+// it gets verbatim and takes the leader's high watermark (bounded by its own
+// log end). Errors back off and retry; a divergence or a batch that does
+// not follow on sends it back to truncation.
+func (r *ReplicaSet) follow(ctx context.Context, f *fetcher) {
+	defer close(f.done)
+	link := r.node.net.Link(r.node.id, f.leader)
+	cfg := &r.node.cfg
+	backoff := time.Duration(0)
+	fail := func(what string, err error) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		backoff = min(max(2*backoff, cfg.FetchBackoff/16, time.Millisecond), cfg.FetchBackoff)
+		r.node.log.Debug("follower: "+what, "topic", r.topic, "partition", r.id, "leader", f.leader, "epoch", f.epoch, "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	truncated := false
+	for ctx.Err() == nil {
+		if !truncated {
+			if err := r.truncateToLeader(ctx, link, f); err != nil {
+				if !fail("truncation", err) {
+					return
+				}
+				continue
+			}
+			truncated = true
+		}
+		req := &FetchRequest{Topic: r.topic, Partition: r.id, ReplicaID: r.node.id, BrokerEpoch: r.node.BrokerEpoch(),
+			FetchOffset: r.part.EndOffset(), CurrentLeaderEpoch: f.epoch, LastFetchedEpoch: r.part.Epochs().Latest(),
+			MaxBytes: cfg.FetchMaxBytes, MaxWait: cfg.FetchMaxWait}
+		resp, err := link.Fetch(ctx, req)
+		if err != nil {
+			if !fail("fetch", err) {
+				return
+			}
+			continue
+		}
+		if resp.Diverging != nil {
+			r.node.log.Info("follower: log diverges from the leader's", "topic", r.topic, "partition", r.id,
+				"leader_epoch", resp.Diverging.Epoch, "leader_end", resp.Diverging.EndOffset)
+			truncated = false
+			continue
+		}
+		if len(resp.Records) > 0 {
+			if _, err := r.part.AppendReplica(resp.Records); err != nil {
+				if errors.Is(err, log.ErrOffsetMismatch) {
+					truncated = false
+				}
+				if !fail("append", err) {
+					return
+				}
+				continue
+			}
+		}
+		backoff = 0
+		r.part.SetHighWatermark(min(resp.HighWatermark, r.part.EndOffset()))
+	}
+}
+
+// truncateToLeader cuts the follower's log to where it agrees with the
+// leader's: OffsetsForLeaderEpoch for its latest epoch, repeated for older
+// epochs while the leader answers with one the follower never had
+// (DecideTruncation). Never to the high watermark (KIP-101).
+func (r *ReplicaSet) truncateToLeader(ctx context.Context, link Link, f *fetcher) error {
+	p := r.part
+	if p.EndOffset() == p.StartOffset() && len(p.Epochs().Entries()) == 0 {
+		return nil // nothing to keep or cut
+	}
+	ask := p.Epochs().Latest()
+	for range 64 {
+		ans, err := link.EndOffsetForEpoch(ctx, &EpochRequest{Topic: r.topic, Partition: r.id, ReplicaID: r.node.id,
+			CurrentLeaderEpoch: f.epoch, Epoch: ask})
+		if err != nil {
+			return err
+		}
+		end := p.EndOffset()
+		d := DecideTruncation(func(e int32) (int32, int64) { return p.Epochs().EndOffsetFor(e, end) },
+			p.StartOffset(), end, ans.Epoch, ans.EndOffset)
+		if to := max(d.Offset, p.StartOffset()); to < end {
+			if hw := p.HighWatermark(); to < hw {
+				r.node.log.Warn("follower: truncating below the high watermark: records once committed are dropped (unclean leader election?)",
+					"topic", r.topic, "partition", r.id, "to", to, "high_watermark", hw)
+			}
+			if _, err := p.TruncateTo(to); err != nil {
+				return err
+			}
+			r.node.log.Info("follower: truncated", "topic", r.topic, "partition", r.id, "from", end, "to", to, "leader_epoch", ans.Epoch)
+		}
+		if d.Done {
+			return nil
+		}
+		ask = d.NextEpoch
+	}
+	return fmt.Errorf("%s-%d: truncation did not converge", r.topic, r.id)
+}

@@ -1,0 +1,453 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
+)
+
+// Acks is how much replication a produce waits for (Kafka's acks).
+type Acks int8
+
+const (
+	// AcksNone returns once the batch is handed to the leader (acks=0).
+	AcksNone Acks = 0
+	// AcksLeader returns once the leader has written the batch (acks=1):
+	// lost if the leader fails before a follower copies it.
+	AcksLeader Acks = 1
+	// AcksAll returns once every ISR member has the batch and the ISR has
+	// at least MinInSyncReplicas members (acks=all, -1).
+	AcksAll Acks = -1
+)
+
+// Config is a partition's replication settings.
+type Config struct {
+	// MinInSyncReplicas is the smallest ISR that accepts acks=all produce
+	// and commits records (min.insync.replicas). Default 1.
+	MinInSyncReplicas int
+}
+
+// AppendOptions qualify one Append.
+type AppendOptions struct {
+	// Acks is what to wait for. The zero value is AcksNone.
+	Acks Acks
+	// Timeout bounds the wait for acks=all (the produce request's timeout).
+	// Default 30s.
+	Timeout time.Duration
+	// Trusted says the batch was encoded in this process (see
+	// log.Log.AppendTrusted); otherwise it gets AppendBatch's full check.
+	Trusted bool
+}
+
+// ReplicaSet is one partition's replica on one broker: the leader, which
+// takes produce requests and serves its followers, or a follower, which
+// copies the leader. The controller's partition states (through Node) move
+// it between roles. Safe for concurrent use.
+type ReplicaSet struct {
+	node  *Node
+	part  *partition.Partition
+	cfg   Config
+	topic string
+	id    int32
+
+	applyMu sync.Mutex   // serializes Apply
+	roleMu  sync.RWMutex // appends hold it shared, role changes exclusively
+
+	mu      sync.Mutex
+	state   PartitionState
+	known   bool // state was set
+	leader  *Leader
+	fetcher *fetcher
+	closed  bool
+	changed notifier // high watermark, role or state moved
+}
+
+func newReplicaSet(n *Node, p *partition.Partition, cfg Config, topic string, id int32) *ReplicaSet {
+	if cfg.MinInSyncReplicas < 1 {
+		cfg.MinInSyncReplicas = 1
+	}
+	return &ReplicaSet{node: n, part: p, cfg: cfg, topic: topic, id: id}
+}
+
+// Partition is the local partition this replica set drives.
+func (r *ReplicaSet) Partition() *partition.Partition { return r.part }
+
+// State is the latest partition state this replica has applied.
+func (r *ReplicaSet) State() PartitionState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state.Clone()
+}
+
+// IsLeader reports whether this replica leads the partition now.
+func (r *ReplicaSet) IsLeader() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leader != nil
+}
+
+// HighWatermark is the partition's high watermark on this replica.
+func (r *ReplicaSet) HighWatermark() int64 { return r.part.HighWatermark() }
+
+func (r *ReplicaSet) notLeaderLocked() error {
+	if r.closed {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %s-%d on broker %d (leader %d, epoch %d)", ErrNotLeader, r.topic, r.id, r.node.id, r.state.Leader, r.state.LeaderEpoch)
+}
+
+// Append writes a producer's batch as the leader and waits as opts.Acks
+// says. It returns the batch's base offset. acks=all is refused before
+// anything is written while the ISR is below MinInSyncReplicas
+// (ErrNotEnoughReplicas); after writing it waits until the high watermark
+// passes the batch, and fails with ErrNotEnoughReplicasAfterAppend or
+// ErrTimedOut if that does not happen within the timeout, or ErrNotLeader
+// if leadership moves first - in those cases the batch may or may not end
+// up committed.
+func (r *ReplicaSet) Append(ctx context.Context, b record.Batch, opts AppendOptions) (int64, error) {
+	r.roleMu.RLock()
+	r.mu.Lock()
+	if r.leader == nil || r.closed {
+		err := r.notLeaderLocked()
+		r.mu.Unlock()
+		r.roleMu.RUnlock()
+		return 0, err
+	}
+	if err := r.leader.CheckAppend(opts.Acks == AcksAll); err != nil {
+		r.mu.Unlock()
+		r.roleMu.RUnlock()
+		return 0, fmt.Errorf("%s-%d: %w", r.topic, r.id, err)
+	}
+	epoch := r.state.LeaderEpoch
+	r.mu.Unlock()
+	var base int64
+	var err error
+	if opts.Trusted {
+		base, err = r.part.AppendTrusted(b)
+	} else {
+		base, err = r.part.AppendBatch(b)
+	}
+	r.roleMu.RUnlock()
+	if err != nil {
+		return 0, err
+	}
+	end := base + int64(b.LastOffsetDelta()) + 1
+	r.advance()
+	if opts.Acks != AcksAll {
+		return base, nil
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	return base, r.waitCommitted(ctx, epoch, end, timeout)
+}
+
+// advance moves the leader's high watermark after its own log grew.
+func (r *ReplicaSet) advance() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.advanceLocked()
+}
+
+func (r *ReplicaSet) advanceLocked() {
+	if r.leader == nil {
+		return
+	}
+	if r.leader.Advance(r.part.Log().CommittedOffset(), time.Now()) {
+		r.part.SetHighWatermark(r.leader.HighWatermark())
+		r.changed.broadcast()
+	}
+}
+
+// waitCommitted waits until every record before end is committed in the
+// leader epoch epoch.
+func (r *ReplicaSet) waitCommitted(ctx context.Context, epoch int32, end int64, timeout time.Duration) error {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		ch := r.changed.wait()
+		r.mu.Lock()
+		if r.leader == nil || r.state.LeaderEpoch != epoch {
+			err := r.notLeaderLocked()
+			r.mu.Unlock()
+			return fmt.Errorf("%w (leadership moved before the records were committed; they may or may not be)", err)
+		}
+		if r.leader.Committed(end) {
+			r.mu.Unlock()
+			return nil
+		}
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			r.mu.Lock()
+			under := r.leader != nil && r.leader.UnderMinISR()
+			isr := r.state.ISR
+			r.mu.Unlock()
+			if under {
+				return fmt.Errorf("%s-%d: %w (ISR %v)", r.topic, r.id, ErrNotEnoughReplicasAfterAppend, isr)
+			}
+			return fmt.Errorf("%s-%d: %w after %v", r.topic, r.id, ErrTimedOut, timeout)
+		}
+	}
+}
+
+// checkLeaderLocked validates the leader epoch a follower's request carries
+// (KIP-320) and that this replica leads.
+func (r *ReplicaSet) checkLeaderLocked(epoch int32) error {
+	switch {
+	case r.closed:
+		return ErrClosed
+	case epoch < r.state.LeaderEpoch:
+		return fmt.Errorf("%w: request epoch %d, %s-%d is in epoch %d", ErrFencedLeaderEpoch, epoch, r.topic, r.id, r.state.LeaderEpoch)
+	case epoch > r.state.LeaderEpoch || !r.known:
+		return fmt.Errorf("%w: request epoch %d, %s-%d knows epoch %d", ErrUnknownLeaderEpoch, epoch, r.topic, r.id, r.state.LeaderEpoch)
+	case r.leader == nil:
+		return r.notLeaderLocked()
+	}
+	return nil
+}
+
+// handleFetch serves a follower's fetch as the leader.
+func (r *ReplicaSet) handleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
+	now := time.Now()
+	r.mu.Lock()
+	if err := r.checkLeaderLocked(req.CurrentLeaderEpoch); err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
+	if req.ReplicaID == r.node.id || !r.state.HasReplica(req.ReplicaID) {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: broker %d holds no replica of %s-%d", ErrUnknownPartition, req.ReplicaID, r.topic, r.id)
+	}
+	leaderEnd := r.part.Log().CommittedOffset()
+	resp := &FetchResponse{HighWatermark: r.part.HighWatermark(), LogStartOffset: r.part.StartOffset(), LogEndOffset: leaderEnd}
+	if req.LastFetchedEpoch >= 0 {
+		// The follower's last batch is from an epoch this log ended
+		// earlier, or never had: its log diverges (Partition.scala's
+		// divergingEpoch check).
+		e, end := r.part.EndOffsetForEpoch(req.LastFetchedEpoch)
+		if e < req.LastFetchedEpoch || end < req.FetchOffset {
+			r.mu.Unlock()
+			resp.Diverging = &EpochEnd{Epoch: e, EndOffset: end}
+			return resp, nil
+		}
+	}
+	if req.FetchOffset < resp.LogStartOffset || req.FetchOffset > leaderEnd {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%w: fetch at %d, leader holds [%d, %d)", log.ErrOffsetOutOfRange, req.FetchOffset, resp.LogStartOffset, leaderEnd)
+	}
+	if r.leader.Fetch(req.ReplicaID, req.BrokerEpoch, req.FetchOffset, leaderEnd, now) {
+		r.part.SetHighWatermark(r.leader.HighWatermark())
+		r.changed.broadcast()
+	}
+	r.mu.Unlock()
+	r.proposeISR() // a follower that caught up joins the ISR at once
+
+	var deadline <-chan time.Time
+	for {
+		logChanged := r.part.Log().Changed()
+		stateChanged := r.changed.wait()
+		out, err := r.part.Log().ReadUpTo(nil, req.FetchOffset, max(req.MaxBytes, 1), r.part.Log().CommittedOffset())
+		if err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		if err := r.checkLeaderLocked(req.CurrentLeaderEpoch); err != nil {
+			r.mu.Unlock()
+			return nil, err
+		}
+		hw := r.part.HighWatermark()
+		r.mu.Unlock()
+		if len(out) > 0 || req.MaxWait <= 0 || hw != resp.HighWatermark {
+			resp.Records = out
+			resp.HighWatermark = hw
+			resp.LogEndOffset = r.part.Log().CommittedOffset()
+			return resp, nil
+		}
+		if deadline == nil {
+			t := time.NewTimer(req.MaxWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-logChanged:
+		case <-stateChanged:
+		case <-deadline:
+			resp.HighWatermark = r.part.HighWatermark()
+			return resp, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// handleEpoch answers a follower's OffsetsForLeaderEpoch as the leader.
+func (r *ReplicaSet) handleEpoch(req *EpochRequest) (EpochEnd, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkLeaderLocked(req.CurrentLeaderEpoch); err != nil {
+		return EpochEnd{}, err
+	}
+	e, end := r.part.EndOffsetForEpoch(req.Epoch)
+	return EpochEnd{Epoch: e, EndOffset: end}, nil
+}
+
+// proposeISR asks the controller for the ISR change the leader's rules
+// call for, if any, and applies the answer.
+func (r *ReplicaSet) proposeISR() {
+	r.mu.Lock()
+	if r.leader == nil || r.closed {
+		r.mu.Unlock()
+		return
+	}
+	isr, ok := r.leader.ProposeISR(time.Now())
+	if !ok {
+		r.mu.Unlock()
+		return
+	}
+	st := r.leader.State()
+	req := AlterPartitionRequest{Topic: r.topic, Partition: r.id, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch,
+		PartitionEpoch: st.PartitionEpoch, ISR: isr, BrokerEpochs: map[int32]int64{}}
+	for _, id := range isr {
+		if p, ok := r.leader.Progress(id); ok {
+			req.BrokerEpochs[id] = p.BrokerEpoch
+		}
+	}
+	leader := r.leader
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	next, err := r.node.ctrl.AlterPartition(ctx, req)
+	cancel()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader != leader {
+		return
+	}
+	if err != nil {
+		r.leader.Abort()
+		r.node.log.Debug("ISR change refused", "topic", r.topic, "partition", r.id, "isr", isr, "err", err)
+		return
+	}
+	r.node.log.Info("ISR changed", "topic", r.topic, "partition", r.id, "from", st.ISR, "to", next.ISR)
+	r.applySameEpochLocked(next)
+}
+
+// applySameEpochLocked takes a newer state in the leader epoch this replica
+// leads.
+func (r *ReplicaSet) applySameEpochLocked(st PartitionState) {
+	if !st.NewerThan(r.state) {
+		return
+	}
+	r.state = st.Clone()
+	r.leader.Apply(st)
+	r.advanceLocked()
+	r.changed.broadcast()
+}
+
+// Apply moves the replica to a new partition state from the controller:
+// it becomes leader (stamping the new epoch from the current log end),
+// follows a new leader (truncating by leader epoch first), or, in the same
+// leader epoch, takes the new ISR. States not newer than the current one
+// are ignored.
+func (r *ReplicaSet) Apply(st PartitionState) {
+	r.applyMu.Lock()
+	defer r.applyMu.Unlock()
+	self := r.node.id
+	r.mu.Lock()
+	if r.closed || (r.known && !st.NewerThan(r.state)) {
+		r.mu.Unlock()
+		return
+	}
+	cur, leading := r.state, r.leader != nil
+	if st.Leader == self && leading && cur.LeaderEpoch == st.LeaderEpoch {
+		r.applySameEpochLocked(st)
+		r.mu.Unlock()
+		return
+	}
+	if st.Leader != self && !leading && r.known && cur.Leader == st.Leader && cur.LeaderEpoch == st.LeaderEpoch {
+		r.state = st.Clone() // an ISR change while following the same leader
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+
+	r.stopFetcher()
+	r.roleMu.Lock()
+	defer r.roleMu.Unlock()
+	if st.Leader == self {
+		if err := r.part.BecomeLeader(st.LeaderEpoch); err != nil {
+			r.node.log.Error("cannot become leader", "topic", r.topic, "partition", r.id, "epoch", st.LeaderEpoch, "err", err)
+			r.mu.Lock()
+			r.state, r.known, r.leader = st.Clone(), true, nil
+			r.changed.broadcast()
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Lock()
+		r.state, r.known = st.Clone(), true
+		r.leader = NewLeader(self, st, LeaderConfig{MinInSyncReplicas: r.cfg.MinInSyncReplicas, ReplicaLagTime: r.node.cfg.ReplicaLagTime},
+			r.part.Log().CommittedOffset(), r.part.HighWatermark(), time.Now())
+		r.advanceLocked()
+		r.changed.broadcast()
+		r.mu.Unlock()
+		r.node.log.Info("leading", "topic", r.topic, "partition", r.id, "epoch", st.LeaderEpoch, "isr", st.ISR,
+			"log_end", r.part.EndOffset(), "high_watermark", r.part.HighWatermark())
+		return
+	}
+	if err := r.part.BecomeFollower(st.LeaderEpoch); err != nil {
+		r.node.log.Error("cannot become follower", "topic", r.topic, "partition", r.id, "epoch", st.LeaderEpoch, "err", err)
+	}
+	r.mu.Lock()
+	r.state, r.known, r.leader = st.Clone(), true, nil
+	r.changed.broadcast()
+	r.mu.Unlock()
+	if st.Leader >= 0 && st.HasReplica(self) {
+		r.startFetcher(st.Leader, st.LeaderEpoch)
+	}
+}
+
+// close stops the replica: waiters fail with ErrClosed, the fetcher stops.
+func (r *ReplicaSet) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.leader = nil
+	r.changed.broadcast()
+	r.mu.Unlock()
+	r.stopFetcher()
+}
+
+// notifier is a broadcast: wait returns a channel closed at the next
+// broadcast.
+type notifier struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (n *notifier) wait() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch == nil {
+		n.ch = make(chan struct{})
+	}
+	return n.ch
+}
+
+func (n *notifier) broadcast() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.ch != nil {
+		close(n.ch)
+		n.ch = nil
+	}
+}

@@ -1,0 +1,76 @@
+package replicatest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/replica"
+	"github.com/stretchr/testify/require"
+)
+
+func recs(prefix string, n int) []record.Record {
+	out := make([]record.Record, n)
+	for i := range out {
+		out[i] = record.Record{Value: []byte(fmt.Sprintf("%s-%d", prefix, i))}
+	}
+	return out
+}
+
+// logBytes reads a replica's whole log.
+func logBytes(t *testing.T, c *Cluster, id int32, topic string, p int32) []byte {
+	t.Helper()
+	part, ok := c.Partition(id, topic, p)
+	require.True(t, ok, "broker %d has %s-%d", id, topic, p)
+	out, err := part.Log().ReadUpTo(nil, part.StartOffset(), 1<<30, part.EndOffset())
+	require.NoError(t, err)
+	return out
+}
+
+func requireIdentical(t *testing.T, c *Cluster, topic string, p int32) {
+	t.Helper()
+	ref := logBytes(t, c, 1, topic, p)
+	for _, id := range c.Brokers()[1:] {
+		require.True(t, bytes.Equal(ref, logBytes(t, c, id, topic, p)), "broker %d's log differs from broker 1's", id)
+	}
+}
+
+func TestReplicateAndFailOver(t *testing.T) {
+	c, err := New(Options{Dir: t.TempDir(), MinInSyncReplicas: 2})
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, c.CreateTopic(ctx, replica.TopicSpec{Name: "t", Partitions: 1, ReplicationFactor: 3}))
+
+	all := replica.AppendOptions{Acks: replica.AcksAll, Timeout: 5 * time.Second}
+	for i := 0; i < 20; i++ {
+		off, err := c.Produce(ctx, "t", 0, recs(fmt.Sprint("a", i), 3), all)
+		require.NoError(t, err)
+		require.Equal(t, int64(3*i), off)
+	}
+	require.NoError(t, c.WaitConverged(ctx, "t", 0))
+	requireIdentical(t, c, "t", 0)
+
+	st, err := c.Leader("t", 0)
+	require.NoError(t, err)
+	old := st.Leader
+	require.NoError(t, c.Crash(old, false))
+	// The next acks=all write goes to the new leader once elected.
+	off, err := c.Produce(ctx, "t", 0, recs("b", 2), all)
+	require.NoError(t, err)
+	require.Equal(t, int64(60), off)
+	st2, err := c.Leader("t", 0)
+	require.NoError(t, err)
+	require.NotEqual(t, old, st2.Leader)
+	require.Greater(t, st2.LeaderEpoch, st.LeaderEpoch)
+
+	require.NoError(t, c.Restart(old))
+	require.NoError(t, c.WaitConverged(ctx, "t", 0))
+	requireIdentical(t, c, "t", 0)
+	part, _ := c.Partition(old, "t", 0)
+	require.Equal(t, int64(62), part.EndOffset())
+}
