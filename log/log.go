@@ -261,7 +261,10 @@ func (l *Log) scanDir() ([]int64, error) {
 				return nil, fmt.Errorf("log: remove %s: %w", p, err)
 			}
 		default:
-			if base, suffix, ok := segment.ParseFileName(name); ok && suffix != segment.LogSuffix && !logs[base] {
+			// An index with no .log is left over from a deleted segment.
+			// Other files named by offset (a partition's producer
+			// snapshots) are not the log's to remove.
+			if base, suffix, ok := segment.ParseFileName(name); ok && (suffix == segment.IndexSuffix || suffix == segment.TimeIndexSuffix) && !logs[base] {
 				if err := l.fs.Remove(p); err != nil {
 					return nil, fmt.Errorf("log: remove %s: %w", p, err)
 				}
