@@ -9,6 +9,7 @@
 //	<data dir>/<topic>-<partition>/
 //	  ...                        the log (see package log)
 //	  leader-epoch-checkpoint    Kafka's text format: version, count, "epoch startOffset" lines
+//	  <offset>.snapshot          idempotent producers' state as of offset (Kafka's ProducerSnapshot v1)
 //
 // # High watermark
 //

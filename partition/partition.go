@@ -24,6 +24,9 @@ type Options struct {
 	// SetHighWatermark last set rather than the log's committed offset, and
 	// BecomeLeader or BecomeFollower says how appends are made.
 	Replicated bool
+	// ProducerIDExpiration is how long an idempotent producer that writes
+	// nothing is remembered (producer.id.expiration.ms). Default 24h.
+	ProducerIDExpiration time.Duration
 }
 
 // Partition is one topic partition on this broker. Safe for concurrent
@@ -39,6 +42,9 @@ type Partition struct {
 	replicated bool
 	hw         atomic.Int64 // replicated only
 	hwNotify   notifier
+
+	producers          producerHolder // idempotent producers, loaded on first use
+	producerExpiration time.Duration
 }
 
 // Open opens (or creates) the partition whose log lives in dir.
@@ -47,13 +53,19 @@ func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Partition{topic: topic, id: id, dir: dir, log: l, replicated: opts.Replicated}
+	p := &Partition{topic: topic, id: id, dir: dir, log: l, replicated: opts.Replicated, producerExpiration: opts.ProducerIDExpiration}
 	p.epoch.Store(opts.LeaderEpoch)
 	if opts.Replicated {
 		p.epoch.Store(-1)
 		p.hw.Store(l.StartOffset())
 	}
 	if err := p.loadEpochs(opts); err != nil {
+		l.Close()
+		return nil, err
+	}
+	// Snapshots past the log end describe records a crash took away: drop
+	// them now, before appends grow the log past them again.
+	if err := p.ResetProducers(); err != nil {
 		l.Close()
 		return nil, err
 	}
@@ -245,9 +257,13 @@ func (p *Partition) FetchInto(ctx context.Context, buf []byte, offset int64, min
 	}
 }
 
-// Close closes the log.
+// Close snapshots the producer state and closes the log.
 func (p *Partition) Close() error {
+	serr := p.SnapshotProducers()
 	err := p.log.Close()
 	p.hwNotify.broadcast()
+	if err == nil {
+		err = serr
+	}
 	return err
 }

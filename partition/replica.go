@@ -22,6 +22,11 @@ func (p *Partition) BecomeLeader(epoch int32) error {
 	if err := p.epochs.Assign(epoch, p.log.EndOffset()); err != nil {
 		return err
 	}
+	// A follower does not track producers as it copies: the next
+	// idempotent produce loads their state from the snapshots and the log.
+	if err := p.ResetProducers(); err != nil {
+		return err
+	}
 	p.epoch.Store(epoch)
 	p.log.SetLeaderEpoch(epoch)
 	return nil
@@ -96,6 +101,9 @@ func (p *Partition) TruncateTo(offset int64) (int64, error) {
 		return 0, err
 	}
 	if err := p.epochs.TruncateFromEnd(end); err != nil {
+		return end, err
+	}
+	if err := p.ResetProducers(); err != nil {
 		return end, err
 	}
 	if p.replicated {
