@@ -49,13 +49,19 @@ type Broker struct {
 type topic struct {
 	name     string
 	id       TopicID
-	config   TopicConfig // the topic's own settings (zero fields: defaults)
+	cfg      atomic.Pointer[TopicConfig] // the topic's own settings (zero fields: defaults); see config
 	created  time.Time
 	internal bool // __consumer_offsets
 	parts    atomic.Pointer[[]*partition.Partition]
 }
 
 func (t *topic) partitions() []*partition.Partition { return *t.parts.Load() }
+
+// config is the topic's own settings. AlterTopicConfig replaces them while
+// producers, the cleaner and describers read them.
+func (t *topic) config() TopicConfig { return *t.cfg.Load() }
+
+func (t *topic) setConfig(c TopicConfig) { t.cfg.Store(&c) }
 
 // Open opens (or creates) the broker whose data lives in dir. Only one
 // Broker, in one process, may use a directory at a time.
@@ -118,7 +124,8 @@ func (b *Broker) load() error {
 		if err != nil {
 			return fmt.Errorf("%w: %v", errBadRegistry, err)
 		}
-		t := &topic{name: rt.Name, id: id, config: fromStored(rt.Config, 0), created: rt.Created, internal: rt.Internal}
+		t := &topic{name: rt.Name, id: id, created: rt.Created, internal: rt.Internal}
+		t.setConfig(fromStored(rt.Config, 0))
 		empty := []*partition.Partition{}
 		t.parts.Store(&empty)
 		topics[t.name] = t
@@ -186,7 +193,7 @@ func (b *Broker) removeLeftovers(topics map[string]*topic) error {
 
 // openPartitions opens (creating) partitions [len(current), n) of t.
 func (b *Broker) openPartitions(t *topic, n int32) error {
-	cfg := b.effective(t.config)
+	cfg := b.effective(t.config())
 	parts := slices.Clone(t.partitions())
 	for i := int32(len(parts)); i < n; i++ {
 		dir := partitionDir(b.dir, t.name, i)
@@ -259,7 +266,7 @@ func (b *Broker) registryLocked(topics map[string]*topic) registry {
 	for _, t := range topics {
 		r.Topics = append(r.Topics, registryTopic{
 			Name: t.name, ID: t.id.String(), Partitions: int32(len(t.partitions())),
-			Config: toStored(t.config), Created: t.created, Internal: t.internal,
+			Config: toStored(t.config()), Created: t.created, Internal: t.internal,
 		})
 	}
 	sort.Slice(r.Topics, func(i, j int) bool { return r.Topics[i].Name < r.Topics[j].Name })
@@ -281,7 +288,9 @@ func (b *Broker) createTopic(ctx context.Context, name string, cfg TopicConfig, 
 	if err := ValidTopicName(name); err != nil {
 		return err
 	}
-	if err := cfg.validate(); err != nil {
+	// Check the log options the partitions will open with too, so that a
+	// topic is never recorded that its partitions cannot open.
+	if err := b.CheckTopicConfig(cfg); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -293,9 +302,11 @@ func (b *Broker) createTopic(ctx context.Context, name string, cfg TopicConfig, 
 	if old[name] != nil {
 		return fmt.Errorf("%w: %q", ErrTopicExists, name)
 	}
-	t := &topic{name: name, id: newTopicID(), config: cfg, created: time.Now().UTC(), internal: internal}
+	t := &topic{name: name, id: newTopicID(), created: time.Now().UTC(), internal: internal}
 	n := b.effective(cfg).Partitions
-	t.config.Partitions = 0 // the registry records the count separately
+	own := cfg
+	own.Partitions = 0 // the registry records the count separately
+	t.setConfig(own)
 	empty := []*partition.Partition{}
 	t.parts.Store(&empty)
 
@@ -420,7 +431,7 @@ func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
 		return TopicDescription{}, err
 	}
 	parts := t.partitions()
-	d := TopicDescription{Name: t.name, ID: t.id, Internal: t.internal, Config: b.effective(t.config)}
+	d := TopicDescription{Name: t.name, ID: t.id, Internal: t.internal, Config: b.effective(t.config())}
 	d.Config.Partitions = int32(len(parts))
 	for _, p := range parts {
 		d.Partitions = append(d.Partitions, PartitionDescription{
@@ -456,7 +467,7 @@ func (b *Broker) background() {
 // forced or when due.
 func (b *Broker) clean(force bool) {
 	for _, t := range b.snapshot() {
-		if !b.effective(t.config).CleanupPolicy.compacts() {
+		if !b.effective(t.config()).CleanupPolicy.compacts() {
 			continue
 		}
 		for _, p := range t.partitions() {
@@ -478,8 +489,8 @@ func (b *Broker) Compact(ctx context.Context, topicName string) (log.CleanStats,
 	if err != nil {
 		return sum, err
 	}
-	if !b.effective(t.config).CleanupPolicy.compacts() {
-		return sum, fmt.Errorf("%w: %q has cleanup.policy %s", ErrInvalidConfig, topicName, b.effective(t.config).CleanupPolicy)
+	if !b.effective(t.config()).CleanupPolicy.compacts() {
+		return sum, fmt.Errorf("%w: %q has cleanup.policy %s", ErrInvalidConfig, topicName, b.effective(t.config()).CleanupPolicy)
 	}
 	for _, p := range t.partitions() {
 		if err := ctx.Err(); err != nil {

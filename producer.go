@@ -278,7 +278,7 @@ func (p *Producer) topicState(ctx context.Context, name string) (*producerTopic,
 	if err != nil {
 		return nil, err
 	}
-	cfg := p.b.effective(t.config)
+	cfg := p.b.effective(t.config())
 	codec := p.cfg.Compression
 	if codec == record.None {
 		codec = cfg.Compression
