@@ -34,6 +34,8 @@ type conn struct {
 	scram         *scramServer
 
 	stopping   atomic.Bool
+	stop       chan struct{} // closed with stopping: wakes requests that wait
+	stopOnce   sync.Once
 	busy       sync.Mutex // held while a request is served
 	closeAfter bool       // close once the current response is written
 }
@@ -54,6 +56,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		w:      bufio.NewWriterSize(nc, 64<<10),
 		ctx:    ctx,
 		cancel: cancel,
+		stop:   make(chan struct{}),
 	}
 	c.authenticated = s.opts.SASL == nil
 	return c
@@ -63,6 +66,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 // serving (if any) is answered.
 func (c *conn) stopAfterRequest() {
 	c.stopping.Store(true)
+	c.stopOnce.Do(func() { close(c.stop) })
 	// Wake a read that waits for the next request; a request being served
 	// holds busy and is left to finish.
 	if c.busy.TryLock() {

@@ -1,0 +1,117 @@
+package transport
+
+import (
+	"errors"
+
+	"github.com/spoolmq/spool"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Metadata v0-13. This node is the only broker, the controller and the
+// leader and only replica of every partition. Topic IDs (v10+) are spool's
+// TopicIDs: random, stable across restarts, new for a topic deleted and
+// created again. v13 only adds a top-level error code (KIP-1102), always 0.
+func init() { register(kmsg.Metadata, 0, 13, metadata) }
+
+func metadata(c *conn, req *request, body *kmsg.MetadataRequest) (kmsg.Response, error) {
+	resp := kmsg.NewPtrMetadataResponse()
+	host, port := c.s.advertised()
+	node := c.s.opts.NodeID
+	resp.Brokers = []kmsg.MetadataResponseBroker{{NodeID: node, Host: host, Port: port}}
+	clusterID := c.s.ClusterID()
+	resp.ClusterID = &clusterID
+	resp.ControllerID = node
+	b := c.s.b
+
+	// v0: an empty list means every topic; v1+: a null one does.
+	if body.Topics == nil || req.version == 0 && len(body.Topics) == 0 {
+		for _, name := range b.Topics() {
+			if d, err := b.DescribeTopic(name); err == nil { // else deleted meanwhile
+				resp.Topics = append(resp.Topics, c.topicMetadata(d))
+			}
+		}
+		return resp, nil
+	}
+	autoCreate := b.AutoCreateTopics() && (req.version < 4 || body.AllowAutoTopicCreation)
+	seenNames, seenIDs := map[string]bool{}, map[[16]byte]bool{}
+	for _, rt := range body.Topics {
+		switch {
+		case rt.Topic != nil:
+			if seenNames[*rt.Topic] {
+				continue
+			}
+			seenNames[*rt.Topic] = true
+			resp.Topics = append(resp.Topics, c.metadataByName(*rt.Topic, autoCreate))
+		case rt.TopicID != [16]byte{} && req.version >= 12:
+			if seenIDs[rt.TopicID] {
+				continue
+			}
+			seenIDs[rt.TopicID] = true
+			if d, ok := c.s.topicByID(rt.TopicID); ok {
+				resp.Topics = append(resp.Topics, c.topicMetadata(d))
+				continue
+			}
+			t := kmsg.NewMetadataResponseTopic()
+			t.ErrorCode, t.TopicID = errUnknownTopicID, rt.TopicID
+			resp.Topics = append(resp.Topics, t)
+		default:
+			// Kafka takes topic IDs from v12 ("Topic IDs are not supported
+			// in requests for version 10"); an entry needs a name or an ID.
+			t := kmsg.NewMetadataResponseTopic()
+			t.ErrorCode, t.TopicID = errInvalidRequest, rt.TopicID
+			resp.Topics = append(resp.Topics, t)
+		}
+	}
+	return resp, nil
+}
+
+// metadataByName describes a requested topic, creating it first if it does
+// not exist and auto-creation is on. A created topic is complete when
+// CreateTopic returns, so its partitions already have a leader: kafka-go
+// fails a write on LEADER_NOT_AVAILABLE rather than retrying.
+func (c *conn) metadataByName(name string, autoCreate bool) kmsg.MetadataResponseTopic {
+	b := c.s.b
+	d, err := b.DescribeTopic(name)
+	if errors.Is(err, spool.ErrUnknownTopic) {
+		if verr := spool.ValidTopicName(name); verr != nil {
+			err = verr
+		} else if autoCreate && name != spool.OffsetsTopic {
+			if cerr := b.CreateTopic(c.ctx, name, spool.TopicConfig{}); cerr != nil && !errors.Is(cerr, spool.ErrTopicExists) {
+				err = cerr
+			} else {
+				d, err = b.DescribeTopic(name)
+			}
+		}
+	}
+	if err != nil {
+		t := kmsg.NewMetadataResponseTopic()
+		t.Topic, t.ErrorCode = &name, errorCode(err)
+		return t
+	}
+	return c.topicMetadata(d)
+}
+
+func (c *conn) topicMetadata(d spool.TopicDescription) kmsg.MetadataResponseTopic {
+	node := c.s.opts.NodeID
+	t := kmsg.NewMetadataResponseTopic()
+	name := d.Name
+	t.Topic, t.TopicID, t.IsInternal = &name, d.ID, d.Internal
+	t.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, len(d.Partitions))
+	for _, p := range d.Partitions {
+		mp := kmsg.NewMetadataResponseTopicPartition()
+		mp.Partition, mp.Leader, mp.LeaderEpoch = p.Partition, node, p.LeaderEpoch
+		mp.Replicas, mp.ISR, mp.OfflineReplicas = []int32{node}, []int32{node}, []int32{}
+		t.Partitions = append(t.Partitions, mp)
+	}
+	return t
+}
+
+// topicByID finds a topic by its ID.
+func (s *Server) topicByID(id [16]byte) (spool.TopicDescription, bool) {
+	for _, name := range s.b.Topics() {
+		if d, err := s.b.DescribeTopic(name); err == nil && [16]byte(d.ID) == id {
+			return d, true
+		}
+	}
+	return spool.TopicDescription{}, false
+}

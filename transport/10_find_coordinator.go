@@ -1,0 +1,57 @@
+package transport
+
+import "github.com/twmb/franz-go/pkg/kmsg"
+
+// FindCoordinator v0-v6. This node coordinates every group. There are no
+// transactions, hence no transaction coordinator, and no share groups.
+//
+//   - v1 adds the key type (0 group, 1 transaction) and an error message.
+//   - v3 is the first flexible version.
+//   - v4 batches keys (CoordinatorKeys, KIP-699).
+//   - v5 only allows TRANSACTION_ABORTABLE, which needs transactions.
+//   - v6 adds key type 2, share-group partitions (KIP-932).
+func init() { register(kmsg.FindCoordinator, 0, 6, findCoordinator) }
+
+// Coordinator key types (FindCoordinatorRequest.KeyType).
+const (
+	coordinatorGroup       int8 = 0
+	coordinatorTransaction int8 = 1
+	coordinatorShare       int8 = 2 // v6+
+)
+
+func findCoordinator(c *conn, req *request, body *kmsg.FindCoordinatorRequest) (kmsg.Response, error) {
+	resp := kmsg.NewPtrFindCoordinatorResponse()
+	host, port := c.s.advertised()
+	lookup := func(key string) kmsg.FindCoordinatorResponseCoordinator {
+		co := kmsg.NewFindCoordinatorResponseCoordinator()
+		co.Key = key
+		co.NodeID, co.Port = -1, -1
+		var msg string
+		switch {
+		case body.CoordinatorType == coordinatorGroup:
+			co.NodeID, co.Host, co.Port = c.s.opts.NodeID, host, port
+			return co
+		case body.CoordinatorType == coordinatorTransaction:
+			co.ErrorCode, msg = errCoordinatorNotAvailable, "transactions are not supported"
+		case body.CoordinatorType == coordinatorShare && req.version >= 6:
+			// Kafka answers so when share groups are not enabled.
+			co.ErrorCode, msg = errCoordinatorNotAvailable, "share groups are not supported"
+		default:
+			co.ErrorCode, msg = errInvalidRequest, "unknown coordinator type"
+		}
+		co.ErrorMessage = &msg
+		return co
+	}
+	if req.version >= 4 {
+		for _, key := range body.CoordinatorKeys {
+			resp.Coordinators = append(resp.Coordinators, lookup(key))
+		}
+		return resp, nil
+	}
+	co := lookup(body.CoordinatorKey)
+	resp.ErrorCode, resp.NodeID, resp.Host, resp.Port = co.ErrorCode, co.NodeID, co.Host, co.Port
+	if req.version >= 1 {
+		resp.ErrorMessage = co.ErrorMessage
+	}
+	return resp, nil
+}

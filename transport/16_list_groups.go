@@ -1,0 +1,49 @@
+package transport
+
+import (
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// ListGroups v0-v5, served by the broker's group coordinator.
+//
+//   - v1 adds throttle time; v2 is the same; v3 is the first flexible
+//     version.
+//   - v4 filters by state and returns each group's state (KIP-518).
+//   - v5 filters by type and returns each group's type (KIP-848): every
+//     group here is "classic".
+//
+// Filters match case-insensitively, as Kafka's do.
+func init() { register(kmsg.ListGroups, 0, 5, listGroups) }
+
+// classicGroupType is the type of every group (the classic protocol).
+const classicGroupType = "classic"
+
+func listGroups(c *conn, req *request, body *kmsg.ListGroupsRequest) (kmsg.Response, error) {
+	matches := func(filter []string, v string) bool {
+		if len(filter) == 0 {
+			return true
+		}
+		for _, f := range filter {
+			if strings.EqualFold(f, v) {
+				return true
+			}
+		}
+		return false
+	}
+	resp := kmsg.NewPtrListGroupsResponse()
+	for _, g := range c.s.b.Groups().List() {
+		state := g.State.String()
+		if !matches(body.StatesFilter, state) || !matches(body.TypesFilter, classicGroupType) {
+			continue
+		}
+		rg := kmsg.NewListGroupsResponseGroup()
+		rg.Group = g.Group
+		rg.ProtocolType = g.ProtocolType
+		rg.GroupState = state
+		rg.GroupType = classicGroupType
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp, nil
+}
