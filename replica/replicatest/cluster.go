@@ -147,6 +147,13 @@ func (c *Cluster) start(id int32) error {
 
 func (c *Cluster) open(b *broker, st replica.PartitionState) (*partition.Partition, replica.Config, error) {
 	name := fmt.Sprintf("%s-%d", st.Topic, st.Partition)
+	// Under b.mu, so that Crash (which kills the gate, then takes b.mu)
+	// either finds the partition to close or stops it being opened.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.gate.down() {
+		return nil, replica.Config{}, fmt.Errorf("%w: broker %d is down", replica.ErrClosed, b.id)
+	}
 	p, err := partition.Open(filepath.Join(b.dir, name), st.Topic, st.Partition, partition.Options{
 		Log:        log.Options{Flush: c.opts.Flush, SegmentBytes: c.opts.SegmentBytes, RetentionTime: -1, RetentionCheckInterval: -1},
 		Replicated: true,
@@ -154,9 +161,7 @@ func (c *Cluster) open(b *broker, st replica.PartitionState) (*partition.Partiti
 	if err != nil {
 		return nil, replica.Config{}, err
 	}
-	b.mu.Lock()
 	b.parts[name] = p
-	b.mu.Unlock()
 	return p, replica.Config{MinInSyncReplicas: c.opts.MinInSyncReplicas}, nil
 }
 

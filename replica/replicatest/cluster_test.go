@@ -25,8 +25,20 @@ func logBytes(t *testing.T, c *Cluster, id int32, topic string, p int32) []byte 
 	t.Helper()
 	part, ok := c.Partition(id, topic, p)
 	require.True(t, ok, "broker %d has %s-%d", id, topic, p)
-	out, err := part.Log().ReadUpTo(nil, part.StartOffset(), 1<<30, part.EndOffset())
-	require.NoError(t, err)
+	var out []byte
+	for off := part.StartOffset(); off < part.EndOffset(); {
+		n := len(out)
+		var err error
+		out, err = part.Log().ReadUpTo(out, off, 1<<30, part.EndOffset())
+		require.NoError(t, err)
+		require.Greater(t, len(out), n, "no progress reading at %d", off)
+		for buf := out[n:]; len(buf) > 0; {
+			b, sz, err := record.ParseBatch(buf)
+			require.NoError(t, err)
+			off = b.NextOffset()
+			buf = buf[sz:]
+		}
+	}
 	return out
 }
 
