@@ -24,6 +24,10 @@ type Options struct {
 	// SetHighWatermark last set rather than the log's committed offset, and
 	// BecomeLeader or BecomeFollower says how appends are made.
 	Replicated bool
+	// HighWatermarkCheckpointInterval is how often a replicated
+	// partition records a changed high watermark in HighWatermarkFile
+	// (replica.high.watermark.checkpoint.interval.ms). Default 5s.
+	HighWatermarkCheckpointInterval time.Duration
 	// ProducerIDExpiration is how long an idempotent producer that writes
 	// nothing is remembered (producer.id.expiration.ms). Default 24h.
 	ProducerIDExpiration time.Duration
@@ -42,6 +46,7 @@ type Partition struct {
 	replicated bool
 	hw         atomic.Int64 // replicated only
 	hwNotify   notifier
+	hwFile     *hwCheckpoint // replicated only
 
 	producers          producerHolder // idempotent producers, loaded on first use
 	producerExpiration time.Duration
@@ -57,7 +62,12 @@ func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
 	p.epoch.Store(opts.LeaderEpoch)
 	if opts.Replicated {
 		p.epoch.Store(-1)
-		p.hw.Store(l.StartOffset())
+		p.hwFile = newHWCheckpoint(dir, topic, id, opts.HighWatermarkCheckpointInterval)
+		hw, ok := p.hwFile.read()
+		if !ok {
+			hw = l.StartOffset()
+		}
+		p.hw.Store(min(max(hw, l.StartOffset()), l.EndOffset()))
 	}
 	if err := p.loadEpochs(opts); err != nil {
 		l.Close()
@@ -260,6 +270,9 @@ func (p *Partition) FetchInto(ctx context.Context, buf []byte, offset int64, min
 // Close snapshots the producer state and closes the log.
 func (p *Partition) Close() error {
 	serr := p.SnapshotProducers()
+	if p.hwFile != nil {
+		serr = errors.Join(serr, p.hwFile.close(p.HighWatermark()))
+	}
 	err := p.log.Close()
 	p.hwNotify.broadcast()
 	if err == nil {

@@ -107,15 +107,39 @@ func (p *Partition) TruncateTo(offset int64) (int64, error) {
 		return end, err
 	}
 	if p.replicated {
+		lowered := false
 		for {
 			hw := p.hw.Load()
-			if hw <= end || p.hw.CompareAndSwap(hw, end) {
+			if hw <= end {
+				break
+			}
+			if p.hw.CompareAndSwap(hw, end) {
+				lowered = true
 				break
 			}
 		}
 		p.hwNotify.broadcast()
+		if lowered {
+			// Never leave a checkpoint above the log: a restart would
+			// take records it no longer has for committed ones.
+			if err := p.hwFile.write(end); err != nil {
+				return end, err
+			}
+		}
 	}
 	return end, nil
+}
+
+// Crash closes the partition as if its process had died: no producer
+// snapshot, no last high-watermark record, and the log closed as log.Log.Crash
+// does (with dropUnsynced, losing what was not fsynced). For crash tests.
+func (p *Partition) Crash(dropUnsynced bool) error {
+	if p.hwFile != nil {
+		p.hwFile.abandon()
+	}
+	err := p.log.Crash(dropUnsynced)
+	p.hwNotify.broadcast()
+	return err
 }
 
 // SetHighWatermark sets a replicated partition's high watermark (it is
@@ -128,6 +152,7 @@ func (p *Partition) SetHighWatermark(hw int64) {
 	}
 	if p.hw.Swap(hw) != hw {
 		p.hwNotify.broadcast()
+		p.hwFile.maybeWrite(p.HighWatermark)
 	}
 }
 

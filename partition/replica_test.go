@@ -3,6 +3,8 @@ package partition
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -138,4 +140,42 @@ func TestReplicatedReopenKeepsEpochs(t *testing.T) {
 	require.Equal(t, []EpochEntry{{7, 0}}, p.Epochs().Entries())
 	require.Equal(t, int32(-1), p.LeaderEpoch())
 	require.Equal(t, int64(0), p.HighWatermark(), "the high watermark is relearned from the leader")
+}
+
+// TestHighWatermarkCheckpoint: a replicated partition records its high
+// watermark (written shortly after it moves, and at close) and starts from
+// it after a restart, never past its log; a truncation lowers the record at
+// once.
+func TestHighWatermarkCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	o := replicated(log.None)
+	o.HighWatermarkCheckpointInterval = time.Millisecond
+	p, err := Open(dir, "t", 0, o)
+	require.NoError(t, err)
+	require.NoError(t, p.BecomeLeader(1))
+	appendValues(t, p, 10)
+	p.SetHighWatermark(8)
+	require.Eventually(t, func() bool {
+		hw, ok := p.hwFile.read()
+		return ok && hw == 8
+	}, 5*time.Second, time.Millisecond, "written in the background")
+	p.SetHighWatermark(9)
+	require.NoError(t, p.Close())
+
+	p, err = Open(dir, "t", 0, o)
+	require.NoError(t, err)
+	require.Equal(t, int64(9), p.HighWatermark(), "written at close")
+	_, err = p.TruncateTo(4)
+	require.NoError(t, err)
+	require.NoError(t, p.Crash(false)) // no close: only what was written counts
+	p, err = Open(dir, "t", 0, o)
+	require.NoError(t, err)
+	defer p.Close()
+	require.Equal(t, int64(4), p.HighWatermark(), "the truncation lowered the record")
+
+	// A damaged record is ignored: the partition starts from its log start.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, HighWatermarkFile), []byte("0\n1\nother 0 7\n"), 0o644))
+	c := newHWCheckpoint(dir, "t", 0, 0)
+	_, ok := c.read()
+	require.False(t, ok)
 }

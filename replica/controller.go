@@ -102,6 +102,7 @@ type LocalController struct {
 	topics      map[string]*topicState
 	assignStart int
 	closed      bool
+	unclean     int64 // unclean elections held
 
 	stop chan struct{}
 	done chan struct{}
@@ -311,6 +312,7 @@ func (c *LocalController) reconcileLocked(t *topicState, i int) {
 	case leader >= 0 && clean:
 		st.ISR = slices.DeleteFunc(isr, func(id int32) bool { return !c.alive(id) })
 	case leader >= 0:
+		c.unclean++
 		c.log.Warn("unclean leader election: records the old ISR committed may be lost",
 			"topic", st.Topic, "partition", st.Partition, "leader", leader, "old_isr", st.ISR)
 		st.ISR = []int32{leader}
@@ -455,6 +457,14 @@ func (c *LocalController) Topic(ctx context.Context, name string) ([]PartitionSt
 		out[i] = st.Clone()
 	}
 	return out, nil
+}
+
+// UncleanElections counts the unclean leader elections the controller has
+// held: each may have lost committed records.
+func (c *LocalController) UncleanElections() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unclean
 }
 
 // Topics lists the controller's topics.

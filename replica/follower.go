@@ -131,6 +131,7 @@ func (r *ReplicaSet) truncateToLeader(ctx context.Context, link Link, f *fetcher
 			p.StartOffset(), end, ans.Epoch, ans.EndOffset)
 		if to := max(d.Offset, p.StartOffset()); to < end {
 			if hw := p.HighWatermark(); to < hw {
+				r.node.truncatedCommitted.Add(hw - to)
 				r.node.log.Warn("follower: truncating below the high watermark: records once committed are dropped (unclean leader election?)",
 					"topic", r.topic, "partition", r.id, "to", to, "high_watermark", hw)
 			}

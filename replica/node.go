@@ -63,6 +63,8 @@ type Node struct {
 
 	brokerEpoch atomic.Int64
 
+	truncatedCommitted atomic.Int64 // records cut below the high watermark
+
 	mu     sync.Mutex
 	sets   map[tp]*ReplicaSet
 	closed bool
@@ -172,6 +174,19 @@ func (n *Node) replicaSets() []*ReplicaSet {
 		out = append(out, r)
 	}
 	return out
+}
+
+// NodeStats counts what a node's replicas did that an operator must know.
+type NodeStats struct {
+	// TruncatedCommitted counts records a follower removed from below its
+	// high watermark: records once committed, lost to an unclean leader
+	// election (or to more replicas failing than the ISR allows).
+	TruncatedCommitted int64
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() NodeStats {
+	return NodeStats{TruncatedCommitted: n.truncatedCommitted.Load()}
 }
 
 // ReplicaSet returns this node's replica of a partition, if it has one.

@@ -236,8 +236,8 @@ func (l *Leader) Advance(logEnd int64, now time.Time) bool {
 // ProposeISR returns the ISR the leader should ask the controller for, if
 // it differs from the committed one and no change is in flight: followers
 // not caught up within ReplicaLagTime leave (Partition.getOutOfSyncReplicas);
-// followers whose log reaches both the high watermark and the start of this
-// leader epoch join (Partition.isFollowerInSync). The proposal is pending
+// followers caught up within it whose log reaches both the high watermark and
+// the start of this leader epoch join (Partition.isFollowerInSync). The proposal is pending
 // until Apply or Abort.
 func (l *Leader) ProposeISR(now time.Time) ([]int32, bool) {
 	if l.pending != nil {
@@ -255,7 +255,11 @@ func (l *Leader) ProposeISR(now time.Time) ([]int32, bool) {
 			}
 			continue
 		}
-		if p.LogEnd >= 0 && p.LogEnd >= l.hw && p.LogEnd >= l.epochStart {
+		// Kafka checks this as the follower fetches; here the check runs on
+		// a timer too, so the follower must also have been caught up
+		// recently: one that stopped fetching does not rejoin on the
+		// strength of an old fetch.
+		if p.LogEnd >= 0 && p.LogEnd >= l.hw && p.LogEnd >= l.epochStart && p.caughtUp(now, l.cfg.ReplicaLagTime) {
 			isr = append(isr, r)
 		}
 	}

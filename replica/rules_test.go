@@ -268,3 +268,25 @@ func TestAssignReplicas(t *testing.T) {
 	_, err = AssignReplicas(brokers, 1, 0, 0)
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
+
+func TestSilentFollowerDoesNotRejoin(t *testing.T) {
+	// A follower that stopped fetching while at the high watermark must not
+	// be added back by the periodic check (it was flapping in and out).
+	lag := time.Second
+	l := NewLeader(1, state3(), LeaderConfig{MinInSyncReplicas: 1, ReplicaLagTime: lag}, 0, 0, t0)
+	l.Fetch(2, 1, 0, 0, t0)
+	l.Fetch(3, 1, 0, 0, t0)
+	now := t0.Add(2 * lag)
+	isr, ok := l.ProposeISR(now)
+	require.True(t, ok)
+	require.Equal(t, []int32{1}, isr)
+	next := l.State()
+	next.ISR, next.PartitionEpoch = isr, next.PartitionEpoch+1
+	require.True(t, l.Apply(next))
+	_, ok = l.ProposeISR(now.Add(time.Millisecond))
+	require.False(t, ok, "followers at the HW but silent stay out")
+	l.Fetch(2, 1, 0, 0, now.Add(2*time.Millisecond))
+	isr, ok = l.ProposeISR(now.Add(2 * time.Millisecond))
+	require.True(t, ok)
+	require.Equal(t, []int32{1, 2}, isr)
+}

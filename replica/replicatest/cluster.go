@@ -155,8 +155,9 @@ func (c *Cluster) open(b *broker, st replica.PartitionState) (*partition.Partiti
 		return nil, replica.Config{}, fmt.Errorf("%w: broker %d is down", replica.ErrClosed, b.id)
 	}
 	p, err := partition.Open(filepath.Join(b.dir, name), st.Topic, st.Partition, partition.Options{
-		Log:        log.Options{Flush: c.opts.Flush, SegmentBytes: c.opts.SegmentBytes, RetentionTime: -1, RetentionCheckInterval: -1},
-		Replicated: true,
+		Log:                             log.Options{Flush: c.opts.Flush, SegmentBytes: c.opts.SegmentBytes, RetentionTime: -1, RetentionCheckInterval: -1},
+		Replicated:                      true,
+		HighWatermarkCheckpointInterval: 10 * time.Millisecond,
 	})
 	if err != nil {
 		return nil, replica.Config{}, err
@@ -173,6 +174,12 @@ func (c *Cluster) broker(id int32) (*broker, error) {
 		return nil, fmt.Errorf("replicatest: no broker %d", id)
 	}
 	return b, nil
+}
+
+// PartitionDir is where broker id keeps its replica of a partition: tests
+// may change the files while the broker is down.
+func (c *Cluster) PartitionDir(id int32, topic string, p int32) string {
+	return filepath.Join(c.opts.Dir, fmt.Sprintf("broker-%d", id), fmt.Sprintf("%s-%d", topic, p))
 }
 
 // Controller is the cluster's controller.
@@ -325,7 +332,7 @@ func (c *Cluster) Crash(id int32, dropUnsynced bool) error {
 	defer b.mu.Unlock()
 	var errs []error
 	for name, p := range b.parts {
-		if err := p.Log().Crash(dropUnsynced); err != nil && !errors.Is(err, log.ErrClosed) {
+		if err := p.Crash(dropUnsynced); err != nil && !errors.Is(err, log.ErrClosed) {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
 	}
