@@ -197,6 +197,16 @@ func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) 
 	return err
 }
 
+// PrepareGroups creates the internal offsets topic (__consumer_offsets) now
+// if it does not exist yet, rather than at the first committed offset. A
+// server calls it at startup: creating the topic's partitions takes a while
+// (each is a directory of files made durable), and group requests would wait
+// behind the first commit otherwise.
+func (b *Broker) PrepareGroups(ctx context.Context) error {
+	_, err := b.offsetsTopic(ctx)
+	return err
+}
+
 // offsetsTopic returns the offsets topic, creating it on first use.
 func (b *Broker) offsetsTopic(ctx context.Context) (*topic, error) {
 	if t := b.snapshot()[OffsetsTopic]; t != nil {

@@ -217,6 +217,7 @@ type scramServer struct {
 	clientFirstBare string
 	serverFirst     string
 	nonce           string // client nonce + server nonce
+	cnonce          string // the client's nonce alone
 }
 
 func newSCRAMServer(mech string, users map[string]scramCredential) *scramServer {
@@ -302,6 +303,7 @@ func (s *scramServer) clientFirst(msg string) ([]byte, error) {
 	}
 	var sn [scramNonceBytes]byte
 	_, _ = rand.Read(sn[:])
+	s.cnonce = cnonce
 	s.nonce = cnonce + base64.RawStdEncoding.EncodeToString(sn[:])
 	s.serverFirst = "r=" + s.nonce + ",s=" + base64.StdEncoding.EncodeToString(s.cred.salt) + ",i=" + strconv.Itoa(s.cred.iterations)
 	return []byte(s.serverFirst), nil
@@ -320,7 +322,11 @@ func (s *scramServer) clientFinal(msg string) ([]byte, error) {
 	if fields[0] != "c="+base64.StdEncoding.EncodeToString([]byte(s.gs2Header)) {
 		return nil, saslFailed("%s: channel binding %q does not match the gs2 header", s.mech, fields[0])
 	}
-	if fields[1] != "r="+s.nonce {
+	// librdkafka before 2.6.1 sends its own nonce twice (client nonce +
+	// client nonce + server nonce; confluentinc/librdkafka#4895), which
+	// Kafka 3.8.1-3.9 accepted. Accept exactly that form too: the proof is
+	// computed over the bytes as sent, so it still authenticates.
+	if fields[1] != "r="+s.nonce && fields[1] != "r="+s.cnonce+s.nonce {
 		return nil, saslFailed("%s: nonce mismatch", s.mech)
 	}
 	proof, err := base64.StdEncoding.DecodeString(proofB64)

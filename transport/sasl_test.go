@@ -2,6 +2,9 @@ package transport
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"io"
@@ -392,4 +395,53 @@ func FuzzSaslAuthenticate(f *testing.F) {
 			t.Fatalf("SCRAM accepted %q without the password", token)
 		}
 	})
+}
+
+// TestSCRAMLibrdkafkaRepeatedNonce: librdkafka < 2.6.1 sends its nonce
+// twice in the client-final message (confluentinc/librdkafka#4895); that
+// exact form authenticates, as with Kafka 3.8.1-3.9, and other nonces do not.
+func TestSCRAMLibrdkafkaRepeatedNonce(t *testing.T) {
+	salt := []byte("0123456789abcdef")
+	cred, err := newSCRAMCredential(mechSCRAMSHA256, "pw", salt, 4096)
+	require.NoError(t, err)
+	finalWith := func(s *scramServer, nonceField string) string {
+		bare := "c=biws," + nonceField
+		salted, err := pbkdf2.Key(sha256.New, "pw", salt, 4096, sha256.Size)
+		require.NoError(t, err)
+		mac := func(key []byte, msg string) []byte {
+			h := hmac.New(sha256.New, key)
+			h.Write([]byte(msg))
+			return h.Sum(nil)
+		}
+		clientKey := mac(salted, "Client Key")
+		stored := sha256.Sum256(clientKey)
+		sig := mac(stored[:], s.clientFirstBare+","+s.serverFirst+","+bare)
+		proof := make([]byte, len(clientKey))
+		for i := range proof {
+			proof[i] = clientKey[i] ^ sig[i]
+		}
+		return bare + ",p=" + base64.StdEncoding.EncodeToString(proof)
+	}
+	for _, tc := range []struct {
+		name  string
+		field func(s *scramServer) string
+		ok    bool
+	}{
+		{"RFC form", func(s *scramServer) string { return "r=" + s.nonce }, true},
+		{"librdkafka form", func(s *scramServer) string { return "r=" + s.cnonce + s.nonce }, true},
+		{"other prefix", func(s *scramServer) string { return "r=x" + s.nonce }, false},
+		{"trailing bytes", func(s *scramServer) string { return "r=" + s.nonce + "x" }, false},
+		{"client nonce only", func(s *scramServer) string { return "r=" + s.cnonce }, false},
+	} {
+		s := newSCRAMServer(mechSCRAMSHA256, map[string]scramCredential{"bob": cred})
+		_, _, err := s.next([]byte("n,,n=bob,r=clientnonce123"))
+		require.NoError(t, err)
+		_, done, err := s.next([]byte(finalWith(s, tc.field(s))))
+		if tc.ok {
+			require.NoError(t, err, tc.name)
+			require.True(t, done)
+		} else {
+			require.ErrorIs(t, err, errSASLFailed, tc.name)
+		}
+	}
 }

@@ -38,6 +38,15 @@
 //	    then a summary (records/s, MB/s, and for produce the average and
 //	    p50/p95/p99/p99.9/max latency).
 //
+//	spool serve [--listen HOST:PORT] [--advertised-addr HOST:PORT] [--sasl-plain user:pass,...] ...
+//	    Serve the broker over the Kafka protocol until SIGINT or SIGTERM,
+//	    like kafka-server-start: Kafka clients and tools (kcat, franz-go,
+//	    sarama, kafka-go, kafkajs, the Java client) produce, consume, run
+//	    consumer groups and administer topics. --sasl-plain,
+//	    --sasl-scram-sha-256 and --sasl-scram-sha-512 require clients to
+//	    authenticate; --log-level sets what it logs on stderr. Once
+//	    listening it prints "spool: serving on HOST:PORT" on stderr.
+//
 //	spool dump [--records] [--verify-index] FILE...
 //	    Print the contents of segment files, like Kafka's DumpLogSegments:
 //	    the batches of a .log (and with --records each record), the
@@ -52,22 +61,23 @@
 //	    Exit status 1 when corruption is found, 0 when clean (warnings,
 //	    such as a torn tail a crash left, do not count), 2 on usage errors.
 //
-// The broker commands (topics, groups, produce, consume, perf) open the data
-// directory named by --data (default ./spool-data) with spool.Open, which
-// locks it: while one of them runs, another fails with a message saying
-// the directory is in use. Their --flush flag (sync, none or interval:D;
-// default sync) is the broker's flush policy. They exit 1 when the broker
-// reports an error (an invalid topic name, a topic that exists or does not,
-// a group that does not exist or has members, a record that failed) and 2
-// on usage errors.
+// The broker commands (topics, groups, produce, consume, perf, serve) open
+// the data directory named by --data (default ./spool-data) with
+// spool.Open, which locks it: while one of them runs, another fails with a
+// message saying the directory is in use. Their --flush flag (sync, none
+// or interval:D; default sync) is the broker's flush policy. They exit 1
+// when the broker reports an error (an invalid topic name, a topic that
+// exists or does not, a group that does not exist or has members, a record
+// that failed) and 2 on usage errors.
 //
 // dump and check read files with plain read-only opens and never take the
 // lock, so they can inspect the directory of a running broker (seeing
 // whatever it has written so far) or the remains of a crashed one.
 //
 // On SIGINT or SIGTERM the broker commands stop cleanly: produce flushes
-// what it has read, consume and perf print what they have, and all close
-// the broker. A second signal kills the process.
+// what it has read, consume and perf print what they have, serve lets the
+// requests in flight finish, and all close the broker. A second signal
+// kills the process.
 package main
 
 import (
@@ -100,6 +110,7 @@ var commands = []command{
 	{"perf", "produce|consume --topic T [flags]", "measure producer or consumer throughput and latency", runPerf},
 	{"dump", "[--records] [--verify-index] FILE...", "print the batches, records and index entries of segment files", runDump},
 	{"check", "[--quiet] PATH", "verify a data directory or partition directory; exit 1 on corruption", runCheck},
+	{"serve", "[--listen HOST:PORT] [flags]", "serve the broker to Kafka clients over the Kafka protocol", runServe},
 }
 
 // Exit statuses shared by the subcommands.

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/transport"
+)
+
+// shutdownTimeout bounds how long serve waits, after a signal, for the
+// requests being served to finish before it closes their connections.
+const shutdownTimeout = 10 * time.Second
+
+// runServe implements "spool serve": it opens the broker and serves it
+// over the Kafka protocol (package transport) until SIGINT or SIGTERM,
+// then stops accepting connections, lets the requests in flight finish,
+// closes the broker and exits 0. It exits 1 when the broker cannot be
+// opened, the address cannot be listened on or the server fails, and 2 on
+// usage errors.
+//
+// Besides its log (log/slog text on stderr) it prints one line
+// "spool: serving on HOST:PORT" on stderr once the listener is bound, so
+// that a script or test that asked for --listen 127.0.0.1:0 learns the
+// port.
+func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	bf := addBrokerFlags(fs)
+	listen := fs.String("listen", "localhost:9092", "the `host:port` to accept Kafka clients on (listeners); port 0 picks a free one")
+	advertised := fs.String("advertised-addr", "", "the `host:port` clients are told to connect to (advertised.listeners) (default: the listener's address)")
+	nodeID := fs.Int("node-id", transport.DefaultNodeID, "the broker's `id` in metadata (node.id)")
+	var sasl transport.SASL
+	fs.Func("sasl-plain", "require SASL and accept these `user:pass,...` with the PLAIN mechanism", usersFlag(&sasl.Plain))
+	fs.Func("sasl-scram-sha-256", "require SASL and accept these `user:pass,...` with SCRAM-SHA-256", usersFlag(&sasl.SCRAMSHA256))
+	fs.Func("sasl-scram-sha-512", "require SASL and accept these `user:pass,...` with SCRAM-SHA-512", usersFlag(&sasl.SCRAMSHA512))
+	var level slog.Level
+	fs.Func("log-level", "the least `level` logged: debug, info, warn or error (default info)", func(s string) error {
+		return level.UnmarshalText([]byte(s))
+	})
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: spool serve [--data DIR] [--listen HOST:PORT] [flags]\n\n")
+		fmt.Fprintf(fs.Output(), "Serves the broker over the Kafka protocol, so that Kafka clients and tools\n")
+		fmt.Fprintf(fs.Output(), "(kcat, franz-go, sarama, kafka-go, kafkajs, the Java client) produce, consume, run\n")
+		fmt.Fprintf(fs.Output(), "consumer groups and administer topics, until SIGINT or SIGTERM. Logs to stderr,\n")
+		fmt.Fprintf(fs.Output(), "with a line \"spool: serving on HOST:PORT\" once listening. With any --sasl-* flag\n")
+		fmt.Fprintf(fs.Output(), "clients must authenticate (passwords may not contain commas).\n\nFlags:\n")
+		printFlags(fs)
+	}
+	if code, ok := parseArgs(fs, args); !ok {
+		return code
+	}
+	opts := transport.Options{}
+	if *nodeID < 0 || *nodeID > 1<<31-1 {
+		return usageError(fs, "--node-id must be a non-negative 32-bit id, not %d", *nodeID)
+	}
+	opts.NodeID = int32(*nodeID)
+	if *advertised != "" {
+		host, port, err := splitHostPort(*advertised)
+		if err != nil || port == 0 {
+			return usageError(fs, "--advertised-addr %q: want HOST:PORT with a non-zero port", *advertised)
+		}
+		opts.AdvertisedHost, opts.AdvertisedPort = host, port
+	}
+	if _, _, err := splitHostPort(*listen); err != nil {
+		return usageError(fs, "--listen %q: %v", *listen, err)
+	}
+	if sasl.Plain != nil || sasl.SCRAMSHA256 != nil || sasl.SCRAMSHA512 != nil {
+		opts.SASL = &sasl
+	}
+
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	opts.Logger = logger
+	b, err := spool.Open(bf.data, spool.Options{Flush: bf.flush, Logger: logger})
+	if errors.Is(err, spool.ErrLocked) {
+		fmt.Fprintf(stderr, "spool serve: data directory %s is in use by another process (%v)\n", bf.data, err)
+		return exitProblem
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		return exitProblem
+	}
+	// Create __consumer_offsets before the first client can ask for it, so
+	// that no group request waits behind its creation.
+	if err := b.PrepareGroups(ctx); err != nil {
+		fmt.Fprintf(stderr, "spool serve: creating the offsets topic: %v\n", err)
+		return closeBroker("spool serve", b, exitProblem, stderr)
+	}
+	code := serve(ctx, b, opts, *listen, logger, stderr)
+	return closeBroker("spool serve", b, code, stderr)
+}
+
+// serve listens on addr and serves b until ctx ends, then shuts the server
+// down. It returns the exit status; the caller closes the broker.
+func serve(ctx context.Context, b *spool.Broker, opts transport.Options, addr string, logger *slog.Logger, stderr io.Writer) int {
+	srv, err := transport.NewServer(b, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		return exitProblem
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		return exitProblem
+	}
+	logger.Info("listening", "addr", l.Addr().String(), "data", b.Dir(), "node_id", opts.NodeID,
+		"cluster_id", srv.ClusterID(), "sasl", opts.SASL != nil)
+	fmt.Fprintf(stderr, "spool: serving on %s\n", l.Addr())
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	select {
+	case err := <-served:
+		// Serve stops on its own only when the listener fails.
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		srv.Shutdown(sctx)
+		return exitProblem
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", "timeout", shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		// The connections were closed at the deadline; the broker is
+		// still closed cleanly by the caller.
+		logger.Warn("shutdown: closed connections with requests in flight", "err", err)
+	}
+	if err := <-served; err != nil && !errors.Is(err, transport.ErrServerClosed) {
+		logger.Warn("serve", "err", err)
+	}
+	logger.Info("stopped")
+	return exitOK
+}
+
+// usersFlag parses "user:pass,user:pass" into *m.
+func usersFlag(m *map[string]string) func(string) error {
+	return func(s string) error {
+		if *m == nil {
+			*m = map[string]string{}
+		}
+		for _, up := range strings.Split(s, ",") {
+			user, pass, ok := strings.Cut(up, ":")
+			if !ok || user == "" {
+				return fmt.Errorf("want user:pass,..., not %q", up)
+			}
+			(*m)[user] = pass
+		}
+		return nil
+	}
+}
+
+// splitHostPort splits HOST:PORT, checking the port is a port number.
+func splitHostPort(s string) (string, int32, error) {
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return "", 0, fmt.Errorf("port %q is not a number from 0 to 65535", p)
+	}
+	return host, int32(port), nil
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// servedBroker is a "spool serve" process started by a test.
+type servedBroker struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{} // closed when the process has exited and its stderr is read
+
+	mu     sync.Mutex
+	stderr strings.Builder
+}
+
+// startServe runs the spool binary's serve command on 127.0.0.1:0 with
+// the extra arguments and waits for the line that names its address. The
+// process is killed when the test ends if it still runs; its stderr is
+// logged when the test fails.
+func startServe(t *testing.T, args ...string) *servedBroker {
+	t.Helper()
+	bin := spoolBinary(t)
+	s := &servedBroker{done: make(chan struct{})}
+	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	pipe, err := s.cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, s.cmd.Start())
+	addrc := make(chan string, 1)
+	go func() {
+		defer close(s.done)
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			line := sc.Text()
+			s.mu.Lock()
+			s.stderr.WriteString(line + "\n")
+			s.mu.Unlock()
+			if a, ok := strings.CutPrefix(line, "spool: serving on "); ok {
+				addrc <- a
+			}
+		}
+		io.Copy(io.Discard, pipe)
+	}()
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			s.cmd.Process.Kill()
+			s.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("spool serve stderr:\n%s", s.log())
+		}
+	})
+	select {
+	case s.addr = <-addrc:
+	case <-s.done:
+		s.cmd.Wait()
+		t.Fatalf("spool serve exited before listening: %v\n%s", s.cmd.ProcessState, s.log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("spool serve did not say where it listens\n%s", s.log())
+	}
+	return s
+}
+
+func (s *servedBroker) log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stderr.String()
+}
+
+// stop sends sig and returns the exit status.
+func (s *servedBroker) stop(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	require.NoError(t, s.cmd.Process.Signal(sig))
+	waited := make(chan error, 1)
+	go func() {
+		<-s.done // Wait must not run before the stderr reader is done
+		waited <- s.cmd.Wait()
+	}()
+	select {
+	case err := <-waited:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode()
+		}
+		require.NoError(t, err)
+		return 0
+	case <-time.After(30 * time.Second):
+		t.Fatalf("spool serve did not stop within 30s of %v", sig)
+		return -1
+	}
+}
+
+// TestServe runs "spool serve", drives it with franz-go, and stops it with
+// SIGTERM: the process must exit 0 and leave a clean data directory.
+func TestServe(t *testing.T) {
+	data := t.TempDir()
+	s := startServe(t, "--data", data, "--log-level", "debug")
+	require.Contains(t, s.log(), "msg=listening addr="+s.addr)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.addr), kgo.RequestRetries(2))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	// ApiVersions: what the server advertises is what transport implements.
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Zero(t, resp.ErrorCode)
+	keys := map[int16]bool{}
+	for _, k := range resp.ApiKeys {
+		keys[k.ApiKey] = true
+	}
+	require.True(t, keys[kmsg.ApiVersions.Int16()])
+
+	// Metadata: the broker names itself at the address it listens on.
+	meta, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Len(t, meta.Brokers, 1)
+	require.Equal(t, s.addr, fmt.Sprintf("%s:%d", meta.Brokers[0].Host, meta.Brokers[0].Port))
+
+	// Create a topic, produce (idempotent, acks=all: kgo's defaults) and
+	// consume it back.
+	const topic, n = "serve-test", 100
+	create := kmsg.NewPtrCreateTopicsRequest()
+	ct := kmsg.NewCreateTopicsRequestTopic()
+	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = topic, 3, 1
+	create.Topics = append(create.Topics, ct)
+	cresp, err := create.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Zero(t, cresp.Topics[0].ErrorCode, "%v", cresp.Topics[0].ErrorMessage)
+
+	var recs []*kgo.Record
+	for i := range n {
+		recs = append(recs, &kgo.Record{Topic: topic, Key: fmt.Appendf(nil, "k%d", i%7), Value: fmt.Appendf(nil, "v%d", i)})
+	}
+	require.NoError(t, cl.ProduceSync(ctx, recs...).FirstErr())
+
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(s.addr), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	require.NoError(t, err)
+	defer consumer.Close()
+	got := map[string]int64{} // value -> offset
+	last := map[int32]int64{}
+	for len(got) < n {
+		fetches := consumer.PollFetches(ctx)
+		require.NoError(t, ctx.Err(), "consumed %d of %d", len(got), n)
+		fetches.EachError(func(topic string, p int32, err error) {
+			t.Fatalf("fetch %s-%d: %v", topic, p, err)
+		})
+		fetches.EachRecord(func(r *kgo.Record) {
+			_, dup := got[string(r.Value)]
+			require.False(t, dup, "%s consumed twice", r.Value)
+			if prev, ok := last[r.Partition]; ok {
+				require.Greater(t, r.Offset, prev)
+			}
+			last[r.Partition] = r.Offset
+			got[string(r.Value)] = r.Offset
+		})
+	}
+	for _, r := range recs {
+		require.Equal(t, r.Offset, got[string(r.Value)], "%s", r.Value)
+	}
+	consumer.Close()
+	cl.Close()
+
+	require.Equal(t, 0, s.stop(t, syscall.SIGTERM))
+	require.Contains(t, s.log(), "msg=stopped")
+	code, stdout, stderr := runTool(t, "check", data)
+	require.Equal(t, exitOK, code, "%s%s", stdout, stderr)
+	require.Contains(t, stdout, ": clean")
+}
+
+// TestServeSignals: SIGINT stops the server as SIGTERM does, also with no
+// client ever connected and with SASL configured.
+func TestServeSignals(t *testing.T) {
+	s := startServe(t, "--data", t.TempDir(), "--sasl-plain", "alice:secret,bob:pw", "--sasl-scram-sha-256", "carol:pw2")
+	require.Contains(t, s.log(), "sasl=true")
+	require.Equal(t, 0, s.stop(t, syscall.SIGINT))
+}
+
+// TestServeErrors: usage errors exit 2, a directory in use or an address
+// that cannot be listened on exit 1.
+func TestServeErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--sasl-plain", "nopassword"},
+		{"--sasl-scram-sha-512", ":pw"},
+		{"--advertised-addr", "localhost"},
+		{"--advertised-addr", "localhost:0"},
+		{"--listen", "localhost:99999"},
+		{"--node-id", "-1"},
+		{"--log-level", "loud"},
+		{"extra"},
+	} {
+		code, _, stderr := runTool(t, append([]string{"serve", "--data", t.TempDir()}, args...)...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "Usage: spool serve", args)
+	}
+
+	code, stdout, _ := runTool(t, "help", "serve")
+	require.Equal(t, exitOK, code)
+	for _, flag := range []string{"--listen", "--advertised-addr", "--sasl-scram-sha-512", "--log-level", "--flush"} {
+		require.Contains(t, stdout, flag)
+	}
+
+	// Two servers on one directory: the second says it is in use.
+	data := t.TempDir()
+	s := startServe(t, "--data", data)
+	code, _, stderr := runTool(t, "serve", "--data", data, "--listen", "127.0.0.1:0")
+	require.Equal(t, exitProblem, code)
+	require.Contains(t, stderr, "in use")
+
+	// A port already taken.
+	code, _, stderr = runTool(t, "serve", "--data", t.TempDir(), "--listen", s.addr)
+	require.Equal(t, exitProblem, code)
+	require.Contains(t, stderr, "address already in use")
+	require.Equal(t, 0, s.stop(t, syscall.SIGTERM))
+}
