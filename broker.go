@@ -18,6 +18,7 @@ import (
 	"github.com/spoolmq/spool/internal/vfs"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/replica"
 )
 
 // Broker is an embedded Kafka-style broker: a data directory of topics,
@@ -39,6 +40,10 @@ type Broker struct {
 	partitioners sync.Map // topic name -> *lockedPartitioner, for Produce
 
 	coord *group.Coordinator // consumer groups and committed offsets
+
+	node     *replica.Node // in a cluster: this broker's replication
+	rmu      sync.Mutex
+	replicas map[TopicPartition]*partition.Partition // in a cluster: this broker's replicas; nil once closed
 
 	bgStop chan struct{}
 	bgDone chan struct{}
@@ -91,6 +96,9 @@ func Open(dir string, opts Options) (*Broker, error) {
 	err = b.load()
 	if err == nil {
 		err = b.loadOffsets()
+	}
+	if err == nil && opts.Cluster != nil {
+		err = b.joinCluster()
 	}
 	if err != nil {
 		b.coord.Close()
@@ -247,7 +255,20 @@ func (b *Broker) topic(ctx context.Context, name string, create bool) (*topic, e
 }
 
 // Partition returns partition n of a topic, for direct use of its log.
+//
+// On a broker in a cluster it is this broker's replica of a replicated
+// topic's partition (ErrUnknownPartition if it holds none): a follower's
+// replica lags its leader, and writing to it directly breaks replication.
 func (b *Broker) Partition(topicName string, n int32) (*partition.Partition, error) {
+	if b.clustered(topicName) {
+		b.rmu.Lock()
+		p := b.replicas[TopicPartition{Topic: topicName, Partition: n}]
+		b.rmu.Unlock()
+		if p == nil {
+			return nil, fmt.Errorf("%w: broker %d holds no replica of %s-%d", ErrUnknownPartition, b.opts.NodeID, topicName, n)
+		}
+		return p, nil
+	}
 	t, err := b.topic(context.Background(), topicName, false)
 	if err != nil {
 		return nil, err
@@ -280,6 +301,12 @@ func (b *Broker) registryLocked(topics map[string]*topic) registry {
 func (b *Broker) CreateTopic(ctx context.Context, name string, cfg TopicConfig) error {
 	if name == OffsetsTopic {
 		return fmt.Errorf("%w: %q is internal", ErrInvalidTopic, name)
+	}
+	if b.clustered(name) {
+		return b.createReplicatedTopic(ctx, name, cfg)
+	}
+	if rf := b.effective(cfg).ReplicationFactor; rf > 1 {
+		return fmt.Errorf("%w: ReplicationFactor %d needs a cluster (Options.Cluster)", ErrInvalidConfig, rf)
 	}
 	return b.createTopic(ctx, name, cfg, false)
 }
@@ -335,6 +362,9 @@ func (b *Broker) createTopic(ctx context.Context, name string, cfg TopicConfig, 
 // first; its partition directories are then renamed aside and removed. A
 // crash in between is finished on the next Open.
 func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
+	if b.clustered(name) && b.partitionCount(name) >= 0 {
+		return fmt.Errorf("spool: %s on replicated topic %q: %w", "DeleteTopic", name, errors.ErrUnsupported)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -369,6 +399,9 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 // keep their data; keyed records produced from now on spread over all of
 // them (so a key may move partition, as in Kafka).
 func (b *Broker) CreatePartitions(ctx context.Context, name string, total int32) error {
+	if b.clustered(name) && b.partitionCount(name) >= 0 {
+		return fmt.Errorf("spool: %s on replicated topic %q: %w", "CreatePartitions", name, errors.ErrUnsupported)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -400,6 +433,9 @@ func (b *Broker) Topics() []string {
 	for n := range b.snapshot() {
 		names = append(names, n)
 	}
+	if b.opts.Cluster != nil {
+		names = append(names, b.clusterTopics()...)
+	}
 	sort.Strings(names)
 	return names
 }
@@ -422,10 +458,19 @@ type PartitionDescription struct {
 	LeaderEpoch   int32
 	Size          int64 // bytes of log on disk
 	Segments      int
+	// Leader is the broker leading the partition (-1: none, while its ISR
+	// is down); Replicas the brokers holding it, the first preferred as
+	// leader; ISR those in sync. A standalone broker is all three.
+	Leader   int32
+	Replicas []int32
+	ISR      []int32
 }
 
 // DescribeTopic describes a topic and its partitions.
 func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
+	if b.clustered(name) {
+		return b.describeReplicated(name)
+	}
 	t, err := b.topic(context.Background(), name, false)
 	if err != nil {
 		return TopicDescription{}, err
@@ -438,6 +483,7 @@ func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
 			Partition: p.ID(), StartOffset: p.StartOffset(), EndOffset: p.EndOffset(),
 			HighWatermark: p.HighWatermark(), LeaderEpoch: p.LeaderEpoch(),
 			Size: p.Log().Size(), Segments: p.Log().NumSegments(),
+			Leader: b.opts.NodeID, Replicas: []int32{b.opts.NodeID}, ISR: []int32{b.opts.NodeID},
 		})
 	}
 	return d, nil
@@ -484,6 +530,9 @@ func (b *Broker) clean(force bool) {
 // Compact cleans every partition of a compacted topic now, whatever its
 // dirty ratio, and reports what was done, summed over the partitions.
 func (b *Broker) Compact(ctx context.Context, topicName string) (log.CleanStats, error) {
+	if b.clustered(topicName) && b.partitionCount(topicName) >= 0 {
+		return log.CleanStats{}, fmt.Errorf("spool: %s on replicated topic %q: %w", "Compact", topicName, errors.ErrUnsupported)
+	}
 	var sum log.CleanStats
 	t, err := b.topic(ctx, topicName, false)
 	if err != nil {
@@ -517,21 +566,34 @@ func (b *Broker) Compact(ctx context.Context, topicName string) (log.CleanStats,
 // committed offsets, for tools and for the Kafka protocol server.
 func (b *Broker) Groups() *group.Coordinator { return b.coord }
 
-// maintain runs one round of retention and age-based rolls.
+// maintain runs one round of retention and age-based rolls, on the
+// broker's topics and, in a cluster, on its replicas (each replica applies
+// retention to its own log, as Kafka's do).
 func (b *Broker) maintain() {
+	type tparts struct {
+		name  string
+		parts []*partition.Partition
+	}
+	var all []tparts
 	for _, t := range b.snapshot() {
-		for _, p := range t.partitions() {
+		all = append(all, tparts{t.name, t.partitions()})
+	}
+	if b.opts.Cluster != nil {
+		all = append(all, tparts{"", b.replicaPartitions()})
+	}
+	for _, t := range all {
+		for _, p := range t.parts {
 			if b.closed.Load() {
 				return
 			}
 			if _, err := p.Log().ApplyRetention(); err != nil && !errors.Is(err, log.ErrClosed) {
-				b.logger.Warn("retention failed", "topic", t.name, "partition", p.ID(), "err", err)
+				b.logger.Warn("retention failed", "topic", p.Topic(), "partition", p.ID(), "err", err)
 			}
 			if _, err := p.Log().RollIfOld(); err != nil && !errors.Is(err, log.ErrClosed) {
-				b.logger.Warn("segment roll failed", "topic", t.name, "partition", p.ID(), "err", err)
+				b.logger.Warn("segment roll failed", "topic", p.Topic(), "partition", p.ID(), "err", err)
 			}
 			if err := p.Epochs().TruncateFromStart(p.StartOffset()); err != nil {
-				b.logger.Warn("leader-epoch cache update failed", "topic", t.name, "partition", p.ID(), "err", err)
+				b.logger.Warn("leader-epoch cache update failed", "topic", p.Topic(), "partition", p.ID(), "err", err)
 			}
 		}
 	}
@@ -547,10 +609,14 @@ func (b *Broker) Close() error {
 		return ErrClosed
 	}
 	b.mu.Unlock()
+	var cerr error
+	if b.opts.Cluster != nil {
+		cerr = b.leaveCluster()
+	}
 	close(b.bgStop)
 	<-b.bgDone
 	b.coord.Close()
-	err := b.closePartitions()
+	err := errors.Join(cerr, b.closePartitions())
 	if lerr := b.lock.Close(); err == nil {
 		err = lerr
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool/group"
+	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 )
@@ -125,7 +126,7 @@ type Consumer struct {
 
 type assignment struct {
 	tp    TopicPartition
-	part  *partition.Partition
+	part  *partition.Partition // nil for a replicated topic: see partOf
 	pos   int64
 	valid bool // pos was set (Seek or reset) and not found out of range
 }
@@ -171,14 +172,21 @@ func (c *Consumer) Assign(topic string, partitions ...int32) error {
 	if c.grp != nil {
 		return ErrGroupMode
 	}
-	t, err := c.b.topic(context.Background(), topic, false)
-	if err != nil {
-		return err
+	var parts []*partition.Partition
+	count := c.b.partitionCount(topic)
+	if !c.b.clustered(topic) {
+		t, err := c.b.topic(context.Background(), topic, false)
+		if err != nil {
+			return err
+		}
+		parts = t.partitions()
+		count = int32(len(parts))
+	} else if count < 0 {
+		return fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
 	}
-	parts := t.partitions()
 	if len(partitions) == 0 {
-		for i := range parts {
-			partitions = append(partitions, int32(i))
+		for i := int32(0); i < count; i++ {
+			partitions = append(partitions, i)
 		}
 	}
 	c.mu.Lock()
@@ -187,8 +195,8 @@ func (c *Consumer) Assign(topic string, partitions ...int32) error {
 		return ErrClosed
 	}
 	for _, n := range partitions {
-		if n < 0 || int(n) >= len(parts) {
-			return fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, topic, n, len(parts))
+		if n < 0 || n >= count {
+			return fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, topic, n, count)
 		}
 	}
 	for _, n := range partitions {
@@ -196,7 +204,10 @@ func (c *Consumer) Assign(topic string, partitions ...int32) error {
 		if c.byTP[tp] != nil {
 			continue
 		}
-		a := &assignment{tp: tp, part: parts[n]}
+		a := &assignment{tp: tp}
+		if parts != nil {
+			a.part = parts[n]
+		}
 		c.byTP[tp] = a
 		c.assigned = append(c.assigned, a)
 	}
@@ -292,7 +303,11 @@ func (c *Consumer) seekEach(topic string, partitions []int32, where func(*partit
 		targets = append(targets, a)
 	}
 	for _, a := range targets {
-		off, err := where(a.part)
+		part, err := c.partOf(context.Background(), a)
+		if err != nil {
+			return err
+		}
+		off, err := where(part)
 		if err != nil {
 			return err
 		}
@@ -342,20 +357,29 @@ func (c *Consumer) Position(topic string, partition int32) (int64, error) {
 }
 
 // reset places a partition without a valid position per AutoOffsetReset.
-func (c *Consumer) reset(a *assignment, cause error) error {
+func (c *Consumer) reset(part *partition.Partition, a *assignment, cause error) error {
 	switch c.cfg.AutoOffsetReset {
 	case ResetEarliest:
-		a.pos = a.part.StartOffset()
+		a.pos = part.StartOffset()
 	case ResetNone:
 		if cause == nil {
 			cause = fmt.Errorf("%w: no position", ErrOffsetOutOfRange)
 		}
 		return fmt.Errorf("spool: %s-%d: %w", a.tp.Topic, a.tp.Partition, cause)
 	default:
-		a.pos = a.part.HighWatermark()
+		a.pos = part.HighWatermark()
 	}
 	a.valid = true
 	return nil
+}
+
+// partOf is the partition to read a's records from: the local one, or the
+// current leader's replica of a replicated one.
+func (c *Consumer) partOf(ctx context.Context, a *assignment) (*partition.Partition, error) {
+	if a.part != nil {
+		return a.part, nil
+	}
+	return c.b.leaderPartition(ctx, a.tp)
 }
 
 // Poll returns the next records from the assigned partitions: it reads
@@ -444,22 +468,32 @@ func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struc
 	n := len(c.assigned)
 	for i := 0; i < n; i++ {
 		a := c.assigned[(c.next+i)%n]
-		changed = append(changed, a.part.Changed())
+		part, err := c.partOf(ctx, a)
+		if err != nil {
+			if retriable(err) {
+				continue // no leader right now: try again at the next poll
+			}
+			return recs, total, changed, err
+		}
+		changed = append(changed, part.Changed())
 		if total >= c.cfg.FetchMaxBytes {
 			continue
 		}
 		if !a.valid {
-			if err := c.reset(a, nil); err != nil {
+			if err := c.reset(part, a, nil); err != nil {
 				return recs, total, changed, err
 			}
 		}
 		limit := min(c.cfg.MaxPartitionFetchBytes, c.cfg.FetchMaxBytes-total)
-		res, err := a.part.Fetch(ctx, a.pos, 0, limit, 0)
+		res, err := part.Fetch(ctx, a.pos, 0, limit, 0)
 		if errors.Is(err, ErrOffsetOutOfRange) {
-			if err := c.reset(a, err); err != nil {
+			if err := c.reset(part, a, err); err != nil {
 				return recs, total, changed, err
 			}
-			res, err = a.part.Fetch(ctx, a.pos, 0, limit, 0)
+			res, err = part.Fetch(ctx, a.pos, 0, limit, 0)
+		}
+		if err != nil && a.part == nil && errors.Is(err, log.ErrClosed) {
+			continue // the leader went down under us: find the next one at the next poll
 		}
 		if err != nil {
 			return recs, total, changed, c.b.wrapClosed(fmt.Errorf("spool: fetch %s-%d at %d: %w", a.tp.Topic, a.tp.Partition, a.pos, err))

@@ -152,10 +152,7 @@ func (c *Consumer) ensureActive(ctx context.Context) error {
 // differs from the last join: the assignment must be recomputed.
 func (c *Consumer) subscriptionChanged() bool {
 	for _, name := range c.grp.topics {
-		n := int32(-1)
-		if t := c.b.snapshot()[name]; t != nil {
-			n = int32(len(t.partitions()))
-		}
+		n := c.b.partitionCount(name)
 		if c.grp.counts[name] != n && !(n < 0 && c.grp.counts[name] == 0) {
 			return true
 		}
@@ -274,8 +271,8 @@ func (c *Consumer) lead(resp group.JoinResponse) (map[string][]byte, error) {
 		}
 		members = append(members, am)
 		for _, name := range am.Topics {
-			if t := c.b.snapshot()[name]; t != nil {
-				counts[name] = int32(len(t.partitions()))
+			if n := c.b.partitionCount(name); n >= 0 {
+				counts[name] = n
 			}
 		}
 	}
@@ -291,10 +288,7 @@ func (c *Consumer) lead(resp group.JoinResponse) (map[string][]byte, error) {
 func (c *Consumer) partitionCounts() map[string]int32 {
 	counts := map[string]int32{}
 	for _, name := range c.grp.topics {
-		counts[name] = -1
-		if t := c.b.snapshot()[name]; t != nil {
-			counts[name] = int32(len(t.partitions()))
-		}
+		counts[name] = c.b.partitionCount(name)
 	}
 	return counts
 }
@@ -344,11 +338,13 @@ func (c *Consumer) assign(tps []TopicPartition) error {
 	}
 	c.mu.Lock()
 	for _, tp := range tps {
-		t := c.b.snapshot()[tp.Topic]
-		if t == nil || int(tp.Partition) >= len(t.partitions()) {
+		if tp.Partition >= c.b.partitionCount(tp.Topic) {
 			continue // deleted since the leader assigned it
 		}
-		a := &assignment{tp: tp, part: t.partitions()[tp.Partition]}
+		a := &assignment{tp: tp}
+		if t := c.b.snapshot()[tp.Topic]; t != nil && !c.b.clustered(tp.Topic) {
+			a.part = t.partitions()[tp.Partition]
+		}
 		if o, ok := committed[tp]; ok && o.Offset >= 0 {
 			a.pos, a.valid = o.Offset, true
 		}
@@ -442,7 +438,11 @@ func (c *Consumer) commitPositions(ctx context.Context, tps []TopicPartition) er
 	c.mu.Lock()
 	for _, tp := range tps {
 		if a := c.byTP[tp]; a != nil && a.valid {
-			req.Offsets[tp] = group.OffsetAndMetadata{Offset: a.pos, LeaderEpoch: a.part.LeaderEpoch()}
+			epoch := int32(-1)
+			if part, err := c.partOf(ctx, a); err == nil {
+				epoch = part.LeaderEpoch()
+			}
+			req.Offsets[tp] = group.OffsetAndMetadata{Offset: a.pos, LeaderEpoch: epoch}
 		}
 	}
 	c.mu.Unlock()

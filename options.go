@@ -93,6 +93,13 @@ type Options struct {
 	GroupInitialRebalanceDelay time.Duration
 	// Logger receives the broker's warnings; silent by default.
 	Logger *slog.Logger
+
+	// Cluster makes the broker a node of an in-process replicated cluster:
+	// every topic but __consumer_offsets is then the cluster's, placed on
+	// its ReplicationFactor brokers. nil: a standalone broker.
+	Cluster *LocalCluster
+	// NodeID is the broker's id in its cluster (broker.id / node.id).
+	NodeID int32
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -125,6 +132,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if err := o.Topic.validate(); err != nil {
 		return o, err
+	}
+	if o.NodeID < 0 {
+		return o, fmt.Errorf("%w: NodeID %d", ErrInvalidConfig, o.NodeID)
 	}
 	return o, nil
 }
@@ -196,6 +206,19 @@ type TopicConfig struct {
 	// MaxMessageBytes is the largest batch a partition accepts, after
 	// compression (max.message.bytes). Default 1 MiB.
 	MaxMessageBytes int
+	// ReplicationFactor is how many brokers hold each partition
+	// (replication.factor, default.replication.factor). Default 1; more
+	// needs Options.Cluster. Fixed at creation.
+	ReplicationFactor int
+	// MinInSyncReplicas is the smallest in-sync replica set that accepts
+	// an acks=all produce and commits records (min.insync.replicas).
+	// Default 1. Fixed at creation.
+	MinInSyncReplicas int
+	// UncleanLeaderElection lets a replica outside the ISR become leader
+	// when every ISR member is down: the partition comes back sooner, and
+	// records only the lost ISR held are gone
+	// (unclean.leader.election.enable). Default false.
+	UncleanLeaderElection bool
 }
 
 func (c TopicConfig) validate() error {
@@ -211,6 +234,8 @@ func (c TopicConfig) validate() error {
 		return fmt.Errorf("%w: compaction settings in %+v", ErrInvalidConfig, c)
 	case c.Compression < record.None || c.Compression > record.ZSTD:
 		return fmt.Errorf("%w: compression %d", ErrInvalidConfig, c.Compression)
+	case c.ReplicationFactor < 0, c.MinInSyncReplicas < 0:
+		return fmt.Errorf("%w: ReplicationFactor %d, MinInSyncReplicas %d", ErrInvalidConfig, c.ReplicationFactor, c.MinInSyncReplicas)
 	}
 	return nil
 }
@@ -253,6 +278,13 @@ func (c TopicConfig) merged(def TopicConfig) TopicConfig {
 	if c.MinCleanableDirtyRatio == 0 {
 		c.MinCleanableDirtyRatio = def.MinCleanableDirtyRatio
 	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = def.ReplicationFactor
+	}
+	if c.MinInSyncReplicas == 0 {
+		c.MinInSyncReplicas = def.MinInSyncReplicas
+	}
+	c.UncleanLeaderElection = c.UncleanLeaderElection || def.UncleanLeaderElection
 	return c
 }
 
@@ -285,6 +317,12 @@ func (b *Broker) effective(c TopicConfig) TopicConfig {
 	}
 	if c.MinCleanableDirtyRatio == 0 {
 		c.MinCleanableDirtyRatio = log.DefaultDirtyRatio
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = 1
+	}
+	if c.MinInSyncReplicas == 0 {
+		c.MinInSyncReplicas = 1
 	}
 	return c
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/replica"
 )
 
 // Producer errors.
@@ -30,10 +31,13 @@ type Acks int8
 // Acks values.
 const (
 	// AcksAll waits until the record is committed: on one broker, written
-	// to the log (and, under the Sync flush policy, on stable storage).
+	// to the log (and, under the Sync flush policy, on stable storage); on
+	// a replicated topic, held by every in-sync replica, of which there are
+	// at least MinInSyncReplicas.
 	AcksAll Acks = iota
 	// AcksLeader waits until the partition leader has written the record;
-	// on one broker the same as AcksAll.
+	// on one broker the same as AcksAll. On a replicated topic the record
+	// is lost if the leader fails before a follower copies it.
 	AcksLeader
 	// AcksNone reports delivery as soon as the record is accepted into a
 	// batch, with offset -1, and reports no later error.
@@ -66,8 +70,18 @@ type ProducerConfig struct {
 	// with ErrBufferFull (max.block.ms). Default 60 s.
 	MaxBlock time.Duration
 	// DeliveryTimeout fails records not written this long after Produce
-	// with ErrDeliveryTimeout (delivery.timeout.ms). Default 120 s.
+	// with ErrDeliveryTimeout (delivery.timeout.ms). Default 120 s. On a
+	// replicated topic, sends that fail because leadership moved are
+	// retried at the new leader within it - so a record whose first
+	// outcome was unknown may be written twice (at least once).
 	DeliveryTimeout time.Duration
+	// RequestTimeout bounds how long one send to a replicated partition's
+	// leader waits for the in-sync replicas (request.timeout.ms). Default
+	// 30 s.
+	RequestTimeout time.Duration
+	// RetryBackoff is the wait before a send to a replicated partition is
+	// retried (retry.backoff.ms). Default 100 ms.
+	RetryBackoff time.Duration
 	// Compression is the batch codec (compression.type). Default: the
 	// topic's (TopicConfig.Compression).
 	Compression record.Codec
@@ -103,7 +117,9 @@ type Producer struct {
 
 // producerTopic is a producer's state for one topic.
 type producerTopic struct {
-	t      *topic
+	t      *topic // nil for a replicated topic
+	name   string
+	n      int32 // a replicated topic's partition count
 	tp     partition.TopicPartitioner
 	codec  record.Codec
 	max    int // the topic's MaxMessageBytes
@@ -112,11 +128,14 @@ type producerTopic struct {
 
 // accum accumulates one partition's records.
 type accum struct {
-	part     *partition.Partition
-	open     *batch    // the batch being filled, or nil
-	deadline time.Time // when open must be written
-	queue    []*batch  // sealed batches, in order
-	sending  bool      // a goroutine is writing queue
+	topic    string
+	id       int32
+	part     *partition.Partition // nil for a replicated topic
+	leader   *replica.ReplicaSet  // a replicated partition's leader, as last found
+	open     *batch               // the batch being filled, or nil
+	deadline time.Time            // when open must be written
+	queue    []*batch             // sealed batches, in order
+	sending  bool                 // a goroutine is writing queue
 }
 
 // batch is a batch of records and what to do when it is written.
@@ -150,6 +169,12 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 	}
 	if cfg.DeliveryTimeout == 0 {
 		cfg.DeliveryTimeout = DefaultDeliveryTimeout
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = 100 * time.Millisecond
 	}
 	if cfg.Partitioner == nil {
 		cfg.Partitioner = b.opts.Partitioner
@@ -205,15 +230,24 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 		p.mu.Unlock()
 		return err
 	}
-	parts := pt.t.partitions()
-	n := pt.tp.Partition(r.Key, rec.Partition, int32(len(parts)))
-	if n < 0 || int(n) >= len(parts) {
+	var parts []*partition.Partition
+	count := pt.n
+	if pt.t != nil {
+		parts = pt.t.partitions()
+		count = int32(len(parts))
+	}
+	n := pt.tp.Partition(r.Key, rec.Partition, count)
+	if n < 0 || n >= count {
 		p.release(size)
 		p.mu.Unlock()
-		return fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, rec.Topic, rec.Partition, len(parts))
+		return fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, rec.Topic, rec.Partition, count)
 	}
-	for len(pt.accums) < len(parts) { // the topic grew
-		pt.accums = append(pt.accums, &accum{part: parts[len(pt.accums)]})
+	for int32(len(pt.accums)) < count { // the topic grew
+		a := &accum{topic: pt.name, id: int32(len(pt.accums))}
+		if parts != nil {
+			a.part = parts[a.id]
+		}
+		pt.accums = append(pt.accums, a)
 	}
 	a := pt.accums[n]
 	if a.open != nil && (a.open.bld.Size()+size > p.cfg.BatchBytes || a.open.bld.Size()+size > pt.max) {
@@ -271,6 +305,12 @@ func (p *Producer) topicState(ctx context.Context, name string) (*producerTopic,
 	}
 	pt := p.topics[name]
 	p.mu.Unlock()
+	if p.b.clustered(name) {
+		if pt != nil {
+			return pt, nil
+		}
+		return p.replicatedTopicState(ctx, name)
+	}
 	if pt != nil && p.b.snapshot()[name] == pt.t {
 		return pt, nil
 	}
@@ -286,7 +326,7 @@ func (p *Producer) topicState(ctx context.Context, name string) (*producerTopic,
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pt = p.topics[name]; pt == nil || pt.t != t {
-		pt = &producerTopic{t: t, tp: p.cfg.Partitioner.ForTopic(name), codec: codec, max: cfg.MaxMessageBytes}
+		pt = &producerTopic{t: t, name: name, tp: p.cfg.Partitioner.ForTopic(name), codec: codec, max: cfg.MaxMessageBytes}
 		p.topics[name] = pt
 	}
 	return pt, nil
@@ -370,6 +410,10 @@ func (p *Producer) seal(pt *producerTopic, n int32, a *accum) {
 // durable: under the Sync policy one fsync covers the batches that queued up
 // while the previous one ran.
 func (p *Producer) send(a *accum) {
+	if a.part == nil {
+		p.sendReplicated(a)
+		return
+	}
 	var results []sendResult
 	for {
 		p.mu.Lock()
@@ -423,7 +467,7 @@ func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
 		if cb == nil {
 			continue // AcksNone: reported already
 		}
-		md := RecordMetadata{Topic: a.part.Topic(), Partition: a.part.ID(), Offset: -1, Timestamp: time.UnixMilli(bt.ts[i])}
+		md := RecordMetadata{Topic: a.topic, Partition: a.id, Offset: -1, Timestamp: time.UnixMilli(bt.ts[i])}
 		if err == nil {
 			md.Offset = base + int64(i)
 		}

@@ -86,6 +86,8 @@ type topicConfig struct {
 	MinLagMs       int64   `json:"min.compaction.lag.ms,omitempty"`
 	MaxLagMs       int64   `json:"max.compaction.lag.ms,omitempty"`
 	DirtyRatio     float64 `json:"min.cleanable.dirty.ratio,omitempty"`
+	MinISR         int     `json:"min.insync.replicas,omitempty"`
+	Unclean        bool    `json:"unclean.leader.election.enable,omitempty"`
 }
 
 func toStored(c TopicConfig) topicConfig {
@@ -101,6 +103,8 @@ func toStored(c TopicConfig) topicConfig {
 		MinLagMs:       c.MinCompactionLag.Milliseconds(),
 		MaxLagMs:       c.MaxCompactionLag.Milliseconds(),
 		DirtyRatio:     c.MinCleanableDirtyRatio,
+		MinISR:         c.MinInSyncReplicas,
+		Unclean:        c.UncleanLeaderElection,
 	}
 }
 
@@ -124,6 +128,8 @@ func fromStored(s topicConfig, partitions int32) TopicConfig {
 		MinCompactionLag:       time.Duration(s.MinLagMs) * time.Millisecond,
 		MaxCompactionLag:       time.Duration(s.MaxLagMs) * time.Millisecond,
 		MinCleanableDirtyRatio: s.DirtyRatio,
+		MinInSyncReplicas:      s.MinISR,
+		UncleanLeaderElection:  s.Unclean,
 	}
 	c.Compression = record.Codec(s.Compression)
 	if s.RetentionMs < 0 {

@@ -28,6 +28,13 @@ func (b *Broker) TopicDefaults() TopicConfig { return b.effective(TopicConfig{})
 // effective settings, every default filled in and Partitions its partition
 // count.
 func (b *Broker) TopicSettings(name string) (own, effective TopicConfig, err error) {
+	if b.clustered(name) {
+		own, _, err = b.replicatedTopic(context.Background(), name, false)
+		if err != nil {
+			return own, effective, err
+		}
+		return own, b.effective(own), nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -67,6 +74,9 @@ func (b *Broker) CheckTopicConfig(cfg TopicConfig) error {
 // alter runs with the broker's topic lock held, so concurrent changes to one
 // topic apply one after the other; it must not call the Broker.
 func (b *Broker) AlterTopicConfig(ctx context.Context, name string, alter func(own TopicConfig) (TopicConfig, error)) error {
+	if b.clustered(name) && b.partitionCount(name) >= 0 {
+		return fmt.Errorf("spool: AlterTopicConfig on replicated topic %q: %w", name, errors.ErrUnsupported)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {

@@ -28,6 +28,10 @@ type TopicSpec struct {
 	Name              string
 	Partitions        int
 	ReplicationFactor int
+	// Config is the embedder's encoding of the topic's other settings,
+	// kept with the topic and handed back by Topic: brokers open their
+	// replicas with it.
+	Config []byte
 	// UncleanLeaderElection lets the controller elect a replica from
 	// outside the ISR when the whole ISR is down: the partition comes back
 	// sooner, and the records only the old ISR held are lost
@@ -70,8 +74,8 @@ type Controller interface {
 	AlterPartition(ctx context.Context, req AlterPartitionRequest) (PartitionState, error)
 	// CreateTopic assigns and creates a topic's partitions.
 	CreateTopic(ctx context.Context, spec TopicSpec) ([]PartitionState, error)
-	// Topic returns the states of a topic's partitions.
-	Topic(ctx context.Context, name string) ([]PartitionState, error)
+	// Topic returns a topic's spec and the states of its partitions.
+	Topic(ctx context.Context, name string) (TopicSpec, []PartitionState, error)
 	// ElectPreferredLeaders moves each partition's leadership to its
 	// preferred (first) replica where that replica is alive and in sync,
 	// and returns how many moved.
@@ -432,6 +436,7 @@ func (c *LocalController) CreateTopic(ctx context.Context, spec TopicSpec) ([]Pa
 		return nil, err
 	}
 	c.assignStart += spec.Partitions
+	spec.Config = slices.Clone(spec.Config)
 	t := &topicState{spec: spec}
 	c.topics[spec.Name] = t
 	out := make([]PartitionState, len(assign))
@@ -445,18 +450,20 @@ func (c *LocalController) CreateTopic(ctx context.Context, spec TopicSpec) ([]Pa
 }
 
 // Topic implements Controller.
-func (c *LocalController) Topic(ctx context.Context, name string) ([]PartitionState, error) {
+func (c *LocalController) Topic(ctx context.Context, name string) (TopicSpec, []PartitionState, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := c.topics[name]
 	if t == nil {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownTopic, name)
+		return TopicSpec{}, nil, fmt.Errorf("%w: %q", ErrUnknownTopic, name)
 	}
 	out := make([]PartitionState, len(t.parts))
 	for i, st := range t.parts {
 		out[i] = st.Clone()
 	}
-	return out, nil
+	spec := t.spec
+	spec.Config = slices.Clone(spec.Config)
+	return spec, out, nil
 }
 
 // UncleanElections counts the unclean leader elections the controller has

@@ -110,42 +110,83 @@ func (r *ReplicaSet) notLeaderLocked() error {
 // if leadership moves first - in those cases the batch may or may not end
 // up committed.
 func (r *ReplicaSet) Append(ctx context.Context, b record.Batch, opts AppendOptions) (int64, error) {
+	res := r.AppendBatches(ctx, []record.Batch{b}, opts)
+	if res.Err != nil {
+		return 0, res.Err
+	}
+	return res.Bases[0], res.AckErr
+}
+
+// AppendResult is what AppendBatches did.
+type AppendResult struct {
+	// Bases are the base offsets of the batches written, in order: a
+	// prefix of those given.
+	Bases []int64
+	// Err is why the batch after them was not written (nil if all were).
+	Err error
+	// AckErr is why the written batches are not acknowledged as Acks asks
+	// (nil: they are); their outcome is then unknown.
+	AckErr error
+}
+
+// AppendBatches is Append for several batches of the partition, written in
+// order and acknowledged together: one wait for durability and one for the
+// ISR cover them all, as one produce request with several batches would.
+func (r *ReplicaSet) AppendBatches(ctx context.Context, batches []record.Batch, opts AppendOptions) AppendResult {
+	var res AppendResult
 	r.roleMu.RLock()
 	r.mu.Lock()
 	if r.leader == nil || r.closed {
-		err := r.notLeaderLocked()
+		res.Err = r.notLeaderLocked()
 		r.mu.Unlock()
 		r.roleMu.RUnlock()
-		return 0, err
+		return res
 	}
 	if err := r.leader.CheckAppend(opts.Acks == AcksAll); err != nil {
 		r.mu.Unlock()
 		r.roleMu.RUnlock()
-		return 0, fmt.Errorf("%s-%d: %w", r.topic, r.id, err)
+		res.Err = fmt.Errorf("%s-%d: %w", r.topic, r.id, err)
+		return res
 	}
 	epoch := r.state.LeaderEpoch
 	r.mu.Unlock()
-	var base int64
-	var err error
-	if opts.Trusted {
-		base, err = r.part.AppendTrusted(b)
-	} else {
-		base, err = r.part.AppendBatch(b)
+	var last log.Pending
+	end := int64(-1)
+	for _, b := range batches {
+		var base int64
+		var err error
+		if opts.Trusted {
+			base, last, err = r.part.AppendTrustedNoWait(b)
+		} else {
+			base, err = r.part.AppendBatch(b)
+		}
+		if err != nil {
+			res.Err = err
+			break
+		}
+		res.Bases = append(res.Bases, base)
+		end = base + int64(b.LastOffsetDelta()) + 1
 	}
 	r.roleMu.RUnlock()
-	if err != nil {
-		return 0, err
+	if len(res.Bases) == 0 {
+		return res
 	}
-	end := base + int64(b.LastOffsetDelta()) + 1
+	if opts.Trusted {
+		if err := r.part.WaitDurable(last); err != nil {
+			res.AckErr = err
+			return res
+		}
+	}
 	r.advance()
 	if opts.Acks != AcksAll {
-		return base, nil
+		return res
 	}
 	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	return base, r.waitCommitted(ctx, epoch, end, timeout)
+	res.AckErr = r.waitCommitted(ctx, epoch, end, timeout)
+	return res
 }
 
 // advance moves the leader's high watermark after its own log grew.

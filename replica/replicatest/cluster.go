@@ -242,7 +242,7 @@ func (c *Cluster) CreateTopic(ctx context.Context, spec replica.TopicSpec) error
 // Leader is the partition's leader according to the controller (-1 for
 // none).
 func (c *Cluster) Leader(topic string, p int32) (replica.PartitionState, error) {
-	states, err := c.ctrl.Topic(context.Background(), topic)
+	_, states, err := c.ctrl.Topic(context.Background(), topic)
 	if err != nil {
 		return replica.PartitionState{}, err
 	}
