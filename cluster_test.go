@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,5 +325,71 @@ func TestClusterLeaderCrash(t *testing.T) {
 	got := readAllFrom(t, bs[0], "c", len(acked))
 	for v, md := range acked {
 		require.Equal(t, md.Offset, got[v].Offset, "%s acknowledged at %d", v, md.Offset)
+	}
+}
+
+// BenchmarkReplicatedProducer measures one goroutine producing 100-byte
+// records with acks=all through a Producer, in one run side by side: a
+// standalone broker (RF=1), and a three-broker LocalCluster with RF=1 and
+// with RF=3, MinInSyncReplicas=2 - the "RF=3 acks=all vs RF=1"
+// ratio, on one machine and workload. Six partitions, default batching.
+func BenchmarkReplicatedProducer(b *testing.B) {
+	for _, flush := range []log.FlushPolicy{log.None, log.Sync} {
+		for _, setup := range []struct {
+			name    string
+			cluster bool
+			rf      int
+		}{{"standalone-rf1", false, 1}, {"cluster-rf1", true, 1}, {"cluster-rf3", true, 3}} {
+			b.Run(fmt.Sprintf("flush=%s/%s", flush, setup.name), func(b *testing.B) {
+				var br *Broker
+				if setup.cluster {
+					c := NewLocalCluster(ClusterOptions{})
+					defer c.Close()
+					root := b.TempDir()
+					var bs []*Broker
+					for id := int32(1); id <= 3; id++ {
+						bs = append(bs, openNode(b, c, root, id, flush))
+					}
+					defer func() {
+						for _, x := range bs {
+							x.Close()
+						}
+					}()
+					br = bs[0]
+				} else {
+					br = openBroker(b, b.TempDir(), Options{Flush: flush})
+					defer br.Close()
+				}
+				ctx := context.Background()
+				cfg := TopicConfig{Partitions: 6, ReplicationFactor: setup.rf, MinInSyncReplicas: min(2, setup.rf)}
+				if err := br.CreateTopic(ctx, "t", cfg); err != nil {
+					b.Fatal(err)
+				}
+				p, err := br.NewProducer(ProducerConfig{Acks: AcksAll})
+				if err != nil {
+					b.Fatal(err)
+				}
+				value := make([]byte, 100)
+				var failed atomic.Int64
+				cb := func(_ RecordMetadata, err error) {
+					if err != nil {
+						failed.Add(1)
+					}
+				}
+				b.SetBytes(100)
+				start := time.Now()
+				for b.Loop() {
+					p.Produce(ctx, Record{Topic: "t", Value: value}, cb)
+				}
+				if err := p.Flush(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+				if failed.Load() > 0 {
+					b.Fatalf("%d records failed", failed.Load())
+				}
+				p.Close()
+			})
+		}
 	}
 }

@@ -132,6 +132,7 @@ type accum struct {
 	id       int32
 	part     *partition.Partition // nil for a replicated topic
 	leader   *replica.ReplicaSet  // a replicated partition's leader, as last found
+	queued   chan struct{}        // replicated: signalled when seal queues a batch
 	open     *batch               // the batch being filled, or nil
 	deadline time.Time            // when open must be written
 	queue    []*batch             // sealed batches, in order
@@ -402,6 +403,11 @@ func (p *Producer) seal(pt *producerTopic, n int32, a *accum) {
 	if !a.sending {
 		a.sending = true
 		go p.send(a)
+	} else if a.queued != nil {
+		select {
+		case a.queued <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -40,58 +40,230 @@ func (p *Producer) replicaAcks() replica.Acks {
 	return replica.AcksAll
 }
 
+// maxInFlight is how many writes to one partition's leader may await the
+// ISR at once (max.in.flight.requests.per.connection).
+const maxInFlight = 5
+
+// sendGroup is one write to a replicated partition's leader: the batches that
+// were queued together, and their results.
+type sendGroup struct {
+	batches []*batch
+	built   []record.Batch
+	results []sendResult
+	todo    []int // batches to (re)send; empty once written
+	rs      *replica.ReplicaSet
+	pd      replica.Pending
+	sent    time.Time
+	retry   bool // written at a leader that lost leadership, or not written: send again
+}
+
 // sendReplicated writes a replicated partition's sealed batches at its
-// leader, in order, each group of queued batches in one AppendBatches call.
-// Batches that fail because leadership moved (or the ISR is too small, or
-// the leader is down) are sent again to the leader found afresh, until
-// DeliveryTimeout: a batch written but not acknowledged may then be written
-// twice.
+// leader, in order. With acks=all up to maxInFlight writes await the ISR
+// at once, so that replication round trips overlap; their callbacks still
+// run in order. A write that fails because leadership moved (or the ISR is
+// short, or the leader is down) is sent again, with every write after it,
+// to the leader found afresh, until DeliveryTimeout: a record whose first
+// outcome was unknown may be written twice (at least once), never out of
+// order.
 func (p *Producer) sendReplicated(a *accum) {
+	var fl []*sendGroup
 	for {
 		p.mu.Lock()
-		batches := a.queue
-		a.queue = nil
-		if len(batches) == 0 {
+		if a.queued == nil {
+			a.queued = make(chan struct{}, 1)
+		}
+		var batches []*batch
+		if len(fl) < maxInFlight && (len(fl) == 0 || !fl[len(fl)-1].retry) {
+			batches = a.queue
+			a.queue = nil
+		}
+		if len(batches) == 0 && len(fl) == 0 {
 			a.sending = false
 			p.mu.Unlock()
 			return
 		}
 		p.mu.Unlock()
 
-		built := make([]record.Batch, len(batches))
-		results := make([]sendResult, len(batches))
-		todo := make([]int, 0, len(batches)) // indexes still to send, in order
-		for i, bt := range batches {
-			results[i].base = -1
-			if age := time.Since(bt.created); age > p.cfg.DeliveryTimeout {
-				results[i].err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, age.Round(time.Millisecond))
-			} else if built[i], results[i].err = bt.bld.Build(); results[i].err == nil {
-				todo = append(todo, i)
-			}
+		if len(batches) > 0 {
+			g := p.newGroup(batches)
+			p.write(a, g)
+			fl = append(fl, g)
 		}
-		for len(todo) > 0 {
-			if p.b.closed.Load() {
-				for _, i := range todo {
-					results[i] = sendResult{base: -1, err: ErrClosed}
+		fl = p.settle(a, fl)
+	}
+}
+
+// newGroup builds a group's batches; batches that cannot be sent (too old,
+// or failing to build) carry their error from the start.
+func (p *Producer) newGroup(batches []*batch) *sendGroup {
+	g := &sendGroup{batches: batches, built: make([]record.Batch, len(batches)), results: make([]sendResult, len(batches))}
+	for i, bt := range batches {
+		g.results[i].base = -1
+		if age := time.Since(bt.created); age > p.cfg.DeliveryTimeout {
+			g.results[i].err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, age.Round(time.Millisecond))
+		} else if g.built[i], g.results[i].err = bt.bld.Build(); g.results[i].err == nil {
+			g.todo = append(g.todo, i)
+		}
+	}
+	return g
+}
+
+// write sends g's batches to the leader without waiting for the ISR. On
+// any failure to write them all, g is marked for a retry.
+func (p *Producer) write(a *accum, g *sendGroup) {
+	if len(g.todo) == 0 {
+		return
+	}
+	if a.leader == nil || !a.leader.IsLeader() {
+		rs, err := p.b.opts.Cluster.leader(context.Background(), a.topic, a.id)
+		if err != nil {
+			a.leader = nil
+			g.fail(err)
+			return
+		}
+		a.leader = rs
+	}
+	send := make([]record.Batch, len(g.todo))
+	for k, i := range g.todo {
+		send[k] = g.built[i]
+	}
+	res, pd := a.leader.WriteBatches(send, replica.AppendOptions{Acks: p.replicaAcks(), Trusted: true})
+	for k, i := range g.todo {
+		if k < len(res.Bases) {
+			g.results[i] = sendResult{base: res.Bases[k], err: res.AckErr}
+		} else {
+			g.results[i] = sendResult{base: -1, err: res.Err}
+		}
+	}
+	g.rs, g.pd, g.sent = a.leader, pd, time.Now()
+	if len(res.Bases) == len(g.todo) && res.AckErr == nil {
+		g.todo = nil
+		return
+	}
+	a.leader = nil
+	err := res.Err
+	if res.AckErr != nil {
+		err = res.AckErr
+	}
+	g.fail(err)
+}
+
+// fail records err for the group's unsent batches and marks it for a retry
+// if err allows one.
+func (g *sendGroup) fail(err error) {
+	for _, i := range g.todo {
+		g.results[i] = sendResult{base: -1, err: err}
+	}
+	g.retry = retriable(err)
+	if !g.retry {
+		g.todo = nil
+	}
+}
+
+// settle completes the in-flight groups at the head that are done, in
+// order, and waits (until a group may be done or a batch is queued) when
+// the head is not. It returns the groups still in flight.
+func (p *Producer) settle(a *accum, fl []*sendGroup) []*sendGroup {
+	for len(fl) > 0 {
+		g := fl[0]
+		if g.retry {
+			// Resend it, and everything written after it, in order.
+			p.resend(a, g)
+			for _, later := range fl[1:] {
+				later.markResend()
+			}
+			p.completeGroup(a, g)
+			fl = fl[1:]
+			continue
+		}
+		if len(g.todo) > 0 || g.rs == nil || p.replicaAcks() != replica.AcksAll {
+			p.completeGroup(a, g) // failed for good, or needs no ISR wait
+			fl = fl[1:]
+			continue
+		}
+		done, changed, err := g.rs.Commit(g.pd)
+		if !done && time.Since(g.sent) >= p.cfg.RequestTimeout {
+			done, err = true, g.rs.TimeoutError(p.cfg.RequestTimeout)
+		}
+		if done && err != nil && retriable(err) {
+			g.markResend()
+			continue
+		}
+		if done {
+			for i := range g.results {
+				if g.results[i].err == nil {
+					g.results[i].err = err
 				}
-				break
 			}
-			todo = p.sendOnce(a, built, todo, results)
-			if len(todo) == 0 {
-				break
-			}
-			last := results[todo[0]].err
-			if time.Now().Add(p.cfg.RetryBackoff).After(batches[todo[0]].created.Add(p.cfg.DeliveryTimeout)) {
-				for _, i := range todo {
-					results[i] = sendResult{base: -1, err: fmt.Errorf("%w (last error: %w)", ErrDeliveryTimeout, last)}
-				}
-				break
-			}
-			time.Sleep(p.cfg.RetryBackoff)
+			p.completeGroup(a, g)
+			fl = fl[1:]
+			continue
 		}
-		for i, bt := range batches {
-			p.complete(a, bt, results[i].base, p.b.wrapClosed(results[i].err))
+		// The head is pending: wait for it, or go back to write more.
+		p.mu.Lock()
+		more := len(a.queue) > 0 && len(fl) < maxInFlight
+		p.mu.Unlock()
+		if more {
+			return fl
 		}
+		timer := time.NewTimer(p.cfg.RequestTimeout - time.Since(g.sent))
+		select {
+		case <-changed:
+		case <-a.queued:
+		case <-timer.C:
+		}
+		timer.Stop()
+		if len(fl) < maxInFlight {
+			return fl // write what was queued meanwhile, then settle again
+		}
+	}
+	return fl
+}
+
+// markResend marks a group written at a leader to be sent again: its
+// outcome is unknown.
+func (g *sendGroup) markResend() {
+	if g.retry {
+		return
+	}
+	g.retry = true
+	g.todo = g.todo[:0]
+	for i := range g.results {
+		if g.results[i].base >= 0 || g.results[i].err == nil || retriable(g.results[i].err) {
+			g.todo = append(g.todo, i)
+		}
+	}
+}
+
+// resend sends g's todo batches again, blocking, until they are
+// acknowledged, fail for good, or DeliveryTimeout passes.
+func (p *Producer) resend(a *accum, g *sendGroup) {
+	todo := g.todo
+	for len(todo) > 0 {
+		if p.b.closed.Load() {
+			for _, i := range todo {
+				g.results[i] = sendResult{base: -1, err: ErrClosed}
+			}
+			return
+		}
+		todo = p.sendOnce(a, g.built, todo, g.results)
+		if len(todo) == 0 {
+			return
+		}
+		last := g.results[todo[0]].err
+		if time.Now().Add(p.cfg.RetryBackoff).After(g.batches[todo[0]].created.Add(p.cfg.DeliveryTimeout)) {
+			for _, i := range todo {
+				g.results[i] = sendResult{base: -1, err: fmt.Errorf("%w (last error: %w)", ErrDeliveryTimeout, last)}
+			}
+			return
+		}
+		time.Sleep(p.cfg.RetryBackoff)
+	}
+}
+
+func (p *Producer) completeGroup(a *accum, g *sendGroup) {
+	for i, bt := range g.batches {
+		p.complete(a, bt, g.results[i].base, p.b.wrapClosed(g.results[i].err))
 	}
 }
 

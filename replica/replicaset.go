@@ -133,6 +133,31 @@ type AppendResult struct {
 // order and acknowledged together: one wait for durability and one for the
 // ISR cover them all, as one produce request with several batches would.
 func (r *ReplicaSet) AppendBatches(ctx context.Context, batches []record.Batch, opts AppendOptions) AppendResult {
+	res, pending := r.WriteBatches(batches, opts)
+	if len(res.Bases) == 0 || res.AckErr != nil || opts.Acks != AcksAll {
+		return res
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	res.AckErr = r.waitCommitted(ctx, pending, timeout)
+	return res
+}
+
+// Pending is a write awaiting commit: WriteBatches returns it, Commit and
+// AppendBatches wait for it.
+type Pending struct {
+	epoch int32
+	end   int64
+}
+
+// WriteBatches is the first half of AppendBatches: it writes the batches
+// (and, for acks other than AcksNone, waits until they are durable on the
+// leader) without waiting for the ISR. A producer that keeps several
+// writes in flight per partition, as Kafka's does, checks each with
+// Commit.
+func (r *ReplicaSet) WriteBatches(batches []record.Batch, opts AppendOptions) (AppendResult, Pending) {
 	var res AppendResult
 	r.roleMu.RLock()
 	r.mu.Lock()
@@ -140,18 +165,17 @@ func (r *ReplicaSet) AppendBatches(ctx context.Context, batches []record.Batch, 
 		res.Err = r.notLeaderLocked()
 		r.mu.Unlock()
 		r.roleMu.RUnlock()
-		return res
+		return res, Pending{}
 	}
 	if err := r.leader.CheckAppend(opts.Acks == AcksAll); err != nil {
 		r.mu.Unlock()
 		r.roleMu.RUnlock()
 		res.Err = fmt.Errorf("%s-%d: %w", r.topic, r.id, err)
-		return res
+		return res, Pending{}
 	}
-	epoch := r.state.LeaderEpoch
+	pd := Pending{epoch: r.state.LeaderEpoch, end: -1}
 	r.mu.Unlock()
 	var last log.Pending
-	end := int64(-1)
 	for _, b := range batches {
 		var base int64
 		var err error
@@ -165,28 +189,51 @@ func (r *ReplicaSet) AppendBatches(ctx context.Context, batches []record.Batch, 
 			break
 		}
 		res.Bases = append(res.Bases, base)
-		end = base + int64(b.LastOffsetDelta()) + 1
+		pd.end = base + int64(b.LastOffsetDelta()) + 1
 	}
 	r.roleMu.RUnlock()
 	if len(res.Bases) == 0 {
-		return res
+		return res, pd
 	}
-	if opts.Trusted {
+	if opts.Trusted && opts.Acks != AcksNone {
 		if err := r.part.WaitDurable(last); err != nil {
 			res.AckErr = err
-			return res
+			return res, pd
 		}
 	}
 	r.advance()
-	if opts.Acks != AcksAll {
-		return res
+	return res, pd
+}
+
+// Commit reports, without waiting, whether a write is committed (done,
+// nil), has failed (done, error: leadership moved, so the outcome is
+// unknown), or is still pending (not done); changed is closed when that may
+// have changed.
+func (r *ReplicaSet) Commit(pd Pending) (done bool, changed <-chan struct{}, err error) {
+	changed = r.changed.wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leader == nil || r.state.LeaderEpoch != pd.epoch {
+		return true, changed, fmt.Errorf("%w (leadership moved before the records were committed; they may or may not be)", r.notLeaderLocked())
 	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
+	if r.leader.Committed(pd.end) {
+		return true, changed, nil
 	}
-	res.AckErr = r.waitCommitted(ctx, epoch, end, timeout)
-	return res
+	return false, changed, nil
+}
+
+// TimeoutError is the error for a write not committed in time: whether the
+// ISR is below the minimum (ErrNotEnoughReplicasAfterAppend) or not
+// (ErrTimedOut).
+func (r *ReplicaSet) TimeoutError(after time.Duration) error {
+	r.mu.Lock()
+	under := r.leader != nil && r.leader.UnderMinISR()
+	isr := r.state.ISR
+	r.mu.Unlock()
+	if under {
+		return fmt.Errorf("%s-%d: %w (ISR %v)", r.topic, r.id, ErrNotEnoughReplicasAfterAppend, isr)
+	}
+	return fmt.Errorf("%s-%d: %w after %v", r.topic, r.id, ErrTimedOut, after)
 }
 
 // advance moves the leader's high watermark after its own log grew.
@@ -206,37 +253,21 @@ func (r *ReplicaSet) advanceLocked() {
 	}
 }
 
-// waitCommitted waits until every record before end is committed in the
-// leader epoch epoch.
-func (r *ReplicaSet) waitCommitted(ctx context.Context, epoch int32, end int64, timeout time.Duration) error {
+// waitCommitted waits until a write is committed.
+func (r *ReplicaSet) waitCommitted(ctx context.Context, pd Pending, timeout time.Duration) error {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	for {
-		ch := r.changed.wait()
-		r.mu.Lock()
-		if r.leader == nil || r.state.LeaderEpoch != epoch {
-			err := r.notLeaderLocked()
-			r.mu.Unlock()
-			return fmt.Errorf("%w (leadership moved before the records were committed; they may or may not be)", err)
+		done, ch, err := r.Commit(pd)
+		if done {
+			return err
 		}
-		if r.leader.Committed(end) {
-			r.mu.Unlock()
-			return nil
-		}
-		r.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
-			r.mu.Lock()
-			under := r.leader != nil && r.leader.UnderMinISR()
-			isr := r.state.ISR
-			r.mu.Unlock()
-			if under {
-				return fmt.Errorf("%s-%d: %w (ISR %v)", r.topic, r.id, ErrNotEnoughReplicasAfterAppend, isr)
-			}
-			return fmt.Errorf("%s-%d: %w after %v", r.topic, r.id, ErrTimedOut, timeout)
+			return r.TimeoutError(timeout)
 		}
 	}
 }
