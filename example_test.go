@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spoolmq/spool"
@@ -97,4 +98,38 @@ func ExampleBroker_NewConsumer() {
 	// Output:
 	// 1 two
 	// 2 three
+}
+
+// Three brokers in one process replicate a topic: every partition has a
+// leader and two followers, and an acks=all record is acknowledged once the
+// in-sync replicas hold it.
+func ExampleNewLocalCluster() {
+	dir, _ := os.MkdirTemp("", "spool-example-")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+
+	c := spool.NewLocalCluster(spool.ClusterOptions{})
+	defer c.Close()
+	var brokers []*spool.Broker
+	for id := int32(1); id <= 3; id++ {
+		b, err := spool.Open(filepath.Join(dir, fmt.Sprint("node-", id)), spool.Options{Cluster: c, NodeID: id})
+		if err != nil {
+			panic(err)
+		}
+		defer b.Close()
+		brokers = append(brokers, b)
+	}
+	err := brokers[0].CreateTopic(ctx, "orders", spool.TopicConfig{Partitions: 1, ReplicationFactor: 3, MinInSyncReplicas: 2})
+	if err != nil {
+		panic(err)
+	}
+	// Any broker's producer finds the leader.
+	md, err := brokers[2].Produce(ctx, spool.Record{Topic: "orders", Value: []byte("first")})
+	if err != nil {
+		panic(err)
+	}
+	d, _ := brokers[1].DescribeTopic("orders")
+	p := d.Partitions[0]
+	fmt.Printf("offset %d; leader %d, replicas %v, %d in sync, high watermark %d\n", md.Offset, p.Leader, p.Replicas, len(p.ISR), p.HighWatermark)
+	// Output: offset 0; leader 1, replicas [1 2 3], 3 in sync, high watermark 1
 }

@@ -20,12 +20,15 @@ func (b *Broker) Produce(ctx context.Context, rec Record) (RecordMetadata, error
 	if err := ctx.Err(); err != nil {
 		return RecordMetadata{}, err
 	}
+	if b.clustered(rec.Topic) {
+		return b.produceReplicated(ctx, rec)
+	}
 	t, err := b.topic(ctx, rec.Topic, true)
 	if err != nil {
 		return RecordMetadata{}, err
 	}
 	parts := t.partitions()
-	n := b.choosePartition(t, &rec, int32(len(parts)))
+	n := b.choosePartition(t.name, &rec, int32(len(parts)))
 	if n < 0 || int(n) >= len(parts) {
 		return RecordMetadata{}, fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, rec.Topic, rec.Partition, len(parts))
 	}
@@ -47,10 +50,10 @@ type lockedPartitioner struct {
 	tp partition.TopicPartitioner
 }
 
-func (b *Broker) choosePartition(t *topic, rec *Record, n int32) int32 {
-	v, ok := b.partitioners.Load(t.name)
+func (b *Broker) choosePartition(name string, rec *Record, n int32) int32 {
+	v, ok := b.partitioners.Load(name)
 	if !ok {
-		v, _ = b.partitioners.LoadOrStore(t.name, &lockedPartitioner{tp: b.opts.Partitioner.ForTopic(t.name)})
+		v, _ = b.partitioners.LoadOrStore(name, &lockedPartitioner{tp: b.opts.Partitioner.ForTopic(name)})
 	}
 	lp := v.(*lockedPartitioner)
 	lp.mu.Lock()

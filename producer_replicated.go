@@ -315,3 +315,42 @@ func (p *Producer) sendOnce(a *accum, built []record.Batch, todo []int, results 
 	}
 	return retry
 }
+
+// produceReplicated is Broker.Produce for a replicated topic: one record,
+// acks=all, at the partition's leader, retried at the new leader while
+// leadership moves, until ctx ends or DefaultDeliveryTimeout passes.
+func (b *Broker) produceReplicated(ctx context.Context, rec Record) (RecordMetadata, error) {
+	_, states, err := b.replicatedTopic(ctx, rec.Topic, true)
+	if err != nil {
+		return RecordMetadata{}, err
+	}
+	n := b.choosePartition(rec.Topic, &rec, int32(len(states)))
+	if n < 0 || int(n) >= len(states) {
+		return RecordMetadata{}, fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, rec.Topic, rec.Partition, len(states))
+	}
+	ts := rec.Timestamp
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	batch, err := record.NewBatch([]record.Record{{Timestamp: ts, Key: rec.Key, Value: rec.Value, Headers: rec.Headers}}, record.BatchOptions{})
+	if err != nil {
+		return RecordMetadata{}, err
+	}
+	deadline := time.Now().Add(DefaultDeliveryTimeout)
+	for {
+		rs, err := b.opts.Cluster.leader(ctx, rec.Topic, n)
+		if err == nil {
+			var off int64
+			off, err = rs.Append(ctx, batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: true})
+			if err == nil {
+				return RecordMetadata{Topic: rec.Topic, Partition: n, Offset: off, Timestamp: ts.Truncate(time.Millisecond)}, nil
+			}
+		}
+		if !retriable(err) || time.Now().After(deadline) {
+			return RecordMetadata{}, b.wrapClosed(err)
+		}
+		if serr := sleepCtx(ctx, 100*time.Millisecond); serr != nil {
+			return RecordMetadata{}, fmt.Errorf("%w (last error: %w)", serr, err)
+		}
+	}
+}
