@@ -338,3 +338,33 @@ func TestUncleanElection(t *testing.T) {
 		})
 	}
 }
+
+// TestPreferredLeaderElection: after a failover the preferred replica,
+// back and in sync, gets leadership back on demand.
+func TestPreferredLeaderElection(t *testing.T) {
+	c, ctx := newCluster(t, Options{MinInSyncReplicas: 2})
+	require.NoError(t, c.CreateTopic(ctx, replica.TopicSpec{Name: "p", Partitions: 1, ReplicationFactor: 3}))
+	st := leaderOf(t, c, "p")
+	preferred := st.Replicas[0]
+	require.Equal(t, preferred, st.Leader)
+	require.NoError(t, c.Crash(preferred, false))
+	all := replica.AppendOptions{Acks: replica.AcksAll, Timeout: 5 * time.Second}
+	_, err := c.Produce(ctx, "p", 0, recs("x", 1), all)
+	require.NoError(t, err)
+	require.NotEqual(t, preferred, leaderOf(t, c, "p").Leader)
+
+	moved, err := c.Controller().ElectPreferredLeaders(ctx)
+	require.NoError(t, err)
+	require.Zero(t, moved, "the preferred replica is down")
+	require.NoError(t, c.Restart(preferred))
+	require.NoError(t, c.WaitConverged(ctx, "p", 0))
+	moved, err = c.Controller().ElectPreferredLeaders(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, moved)
+	waitLeader(t, ctx, c, "p", func(s replica.PartitionState) bool { return s.Leader == preferred })
+	off, err := c.Produce(ctx, "p", 0, recs("y", 1), all)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), off, "after x at 0")
+	require.NoError(t, c.WaitConverged(ctx, "p", 0))
+	requireIdentical(t, c, "p", 0)
+}
