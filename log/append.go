@@ -323,7 +323,7 @@ func (l *Log) publishCommitted(seg *segment.Segment, size, end int64) {
 			break
 		}
 	}
-	l.notify.broadcast()
+	l.notify.Broadcast()
 }
 
 // markDurable records that the log is on stable storage up to end (size

@@ -9,7 +9,7 @@ func (l *Log) abandon() {
 	}
 	close(l.bgStop)
 	<-l.bgDone
-	l.notify.broadcast()
+	l.notify.Broadcast()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closeSegments(false)

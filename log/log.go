@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/spoolmq/spool/internal/notify"
 	"github.com/spoolmq/spool/internal/vfs"
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/segment"
@@ -86,7 +87,7 @@ type Log struct {
 
 	cleanMu sync.Mutex // one Clean at a time
 
-	notify   notifier
+	notify   notify.Notifier
 	batchBuf sync.Pool // *[]byte, for Append's encoding
 	iters    sync.Pool // *record.Iterator, for AppendBatch's checks
 
@@ -425,7 +426,7 @@ func (l *Log) fail(err error) error {
 	if l.failure.CompareAndSwap(nil, &wrapped) {
 		l.logger.Error("log failed; refusing writes until reopened", "err", err)
 	}
-	l.notify.broadcast()
+	l.notify.Broadcast()
 	return *l.failure.Load()
 }
 
@@ -473,7 +474,7 @@ func (l *Log) Close() error {
 	}
 	close(l.bgStop)
 	<-l.bgDone
-	l.notify.broadcast()
+	l.notify.Broadcast()
 
 	defer l.lockState()()
 	var err error
@@ -512,7 +513,7 @@ func (l *Log) Crash(dropUnsynced bool) error {
 	}
 	close(l.bgStop)
 	<-l.bgDone
-	l.notify.broadcast()
+	l.notify.Broadcast()
 	unlock := l.lockState()
 	var err error
 	if dropUnsynced {

@@ -5,51 +5,15 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/segment"
 )
 
-// notifier wakes readers waiting for the log to move. Waiters take a channel
-// that the next broadcast closes. A broadcast with no waiters allocates
-// nothing, so appends stay allocation-free.
-type notifier struct {
-	mu      sync.Mutex
-	ch      chan struct{}
-	waiting atomic.Bool
-}
-
-// wait returns a channel closed by the next broadcast. Take it before
-// checking for data, or a broadcast in between is missed.
-func (n *notifier) wait() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch == nil {
-		n.ch = make(chan struct{})
-	}
-	n.waiting.Store(true)
-	return n.ch
-}
-
-func (n *notifier) broadcast() {
-	if !n.waiting.Load() {
-		return
-	}
-	n.mu.Lock()
-	if n.ch != nil {
-		close(n.ch)
-		n.ch = nil
-	}
-	n.waiting.Store(false)
-	n.mu.Unlock()
-}
-
 // Changed returns a channel that is closed the next time the committed
 // offset moves, the log is truncated, fails or closes.
-func (l *Log) Changed() <-chan struct{} { return l.notify.wait() }
+func (l *Log) Changed() <-chan struct{} { return l.notify.Wait() }
 
 // Read returns whole batches starting with the one that holds offset, up to
 // maxBytes in all - always at least one batch, however large - from the
@@ -198,7 +162,7 @@ func (r *Reader) Next(ctx context.Context) (record.Batch, error) {
 			r.next = b.NextOffset()
 			return b, nil
 		}
-		changed := r.l.notify.wait()
+		changed := r.l.notify.Wait()
 		out, err := r.l.ReadInto(r.buf[:0], r.next, r.maxBytes)
 		if err != nil {
 			return record.Batch{}, err

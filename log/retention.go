@@ -160,7 +160,7 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 	if err := l.writeStateLocked(l.start.Load()); err != nil {
 		return 0, err
 	}
-	l.notify.broadcast()
+	l.notify.Broadcast()
 	return end, nil
 }
 

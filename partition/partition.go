@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spoolmq/spool/internal/notify"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
 )
@@ -45,7 +46,7 @@ type Partition struct {
 
 	replicated bool
 	hw         atomic.Int64 // replicated only
-	hwNotify   notifier
+	hwNotify   notify.Notifier
 	hwFile     *hwCheckpoint // replicated only
 
 	producers          producerHolder // idempotent producers, loaded on first use
@@ -211,7 +212,7 @@ func (p *Partition) OffsetForTime(t time.Time) (int64, bool, error) { return p.l
 // the log is truncated, fails or closes).
 func (p *Partition) Changed() <-chan struct{} {
 	if p.replicated {
-		return p.hwNotify.wait()
+		return p.hwNotify.Wait()
 	}
 	return p.log.Changed()
 }
@@ -274,7 +275,7 @@ func (p *Partition) Close() error {
 		serr = errors.Join(serr, p.hwFile.close(p.HighWatermark()))
 	}
 	err := p.log.Close()
-	p.hwNotify.broadcast()
+	p.hwNotify.Broadcast()
 	if err == nil {
 		err = serr
 	}

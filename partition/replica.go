@@ -2,7 +2,6 @@ package partition
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
@@ -118,7 +117,7 @@ func (p *Partition) TruncateTo(offset int64) (int64, error) {
 				break
 			}
 		}
-		p.hwNotify.broadcast()
+		p.hwNotify.Broadcast()
 		if lowered {
 			// Never leave a checkpoint above the log: a restart would
 			// take records it no longer has for committed ones.
@@ -138,7 +137,7 @@ func (p *Partition) Crash(dropUnsynced bool) error {
 		p.hwFile.abandon()
 	}
 	err := p.log.Crash(dropUnsynced)
-	p.hwNotify.broadcast()
+	p.hwNotify.Broadcast()
 	return err
 }
 
@@ -151,7 +150,7 @@ func (p *Partition) SetHighWatermark(hw int64) {
 		return
 	}
 	if p.hw.Swap(hw) != hw {
-		p.hwNotify.broadcast()
+		p.hwNotify.Broadcast()
 		p.hwFile.maybeWrite(p.HighWatermark)
 	}
 }
@@ -161,29 +160,4 @@ func (p *Partition) SetHighWatermark(hw int64) {
 // committed offset: what this replica holds on stable storage.
 func (p *Partition) EndOffsetForEpoch(epoch int32) (int32, int64) {
 	return p.epochs.EndOffsetFor(epoch, p.log.CommittedOffset())
-}
-
-// notifier is a broadcast: wait returns a channel closed at the next
-// broadcast.
-type notifier struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (n *notifier) wait() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch == nil {
-		n.ch = make(chan struct{})
-	}
-	return n.ch
-}
-
-func (n *notifier) broadcast() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch != nil {
-		close(n.ch)
-		n.ch = nil
-	}
 }

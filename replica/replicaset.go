@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spoolmq/spool/internal/notify"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
@@ -64,7 +65,7 @@ type ReplicaSet struct {
 	leader  *Leader
 	fetcher *fetcher
 	closed  bool
-	changed notifier // high watermark, role or state moved
+	changed notify.Notifier // high watermark, role or state moved
 }
 
 func newReplicaSet(n *Node, p *partition.Partition, cfg Config, topic string, id int32) *ReplicaSet {
@@ -210,7 +211,7 @@ func (r *ReplicaSet) WriteBatches(batches []record.Batch, opts AppendOptions) (A
 // unknown), or is still pending (not done); changed is closed when that may
 // have changed.
 func (r *ReplicaSet) Commit(pd Pending) (done bool, changed <-chan struct{}, err error) {
-	changed = r.changed.wait()
+	changed = r.changed.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.leader == nil || r.state.LeaderEpoch != pd.epoch {
@@ -249,7 +250,7 @@ func (r *ReplicaSet) advanceLocked() {
 	}
 	if r.leader.Advance(r.part.Log().CommittedOffset(), time.Now()) {
 		r.part.SetHighWatermark(r.leader.HighWatermark())
-		r.changed.broadcast()
+		r.changed.Broadcast()
 	}
 }
 
@@ -319,7 +320,7 @@ func (r *ReplicaSet) handleFetch(ctx context.Context, req *FetchRequest) (*Fetch
 	}
 	if r.leader.Fetch(req.ReplicaID, req.BrokerEpoch, req.FetchOffset, leaderEnd, now) {
 		r.part.SetHighWatermark(r.leader.HighWatermark())
-		r.changed.broadcast()
+		r.changed.Broadcast()
 	}
 	r.mu.Unlock()
 	r.proposeISR() // a follower that caught up joins the ISR at once
@@ -327,7 +328,7 @@ func (r *ReplicaSet) handleFetch(ctx context.Context, req *FetchRequest) (*Fetch
 	var deadline <-chan time.Time
 	for {
 		logChanged := r.part.Log().Changed()
-		stateChanged := r.changed.wait()
+		stateChanged := r.changed.Wait()
 		out, err := r.part.Log().ReadUpTo(nil, req.FetchOffset, max(req.MaxBytes, 1), r.part.Log().CommittedOffset())
 		if err != nil {
 			return nil, err
@@ -424,7 +425,7 @@ func (r *ReplicaSet) applySameEpochLocked(st PartitionState) {
 	r.state = st.Clone()
 	r.leader.Apply(st)
 	r.advanceLocked()
-	r.changed.broadcast()
+	r.changed.Broadcast()
 }
 
 // Apply moves the replica to a new partition state from the controller:
@@ -462,7 +463,7 @@ func (r *ReplicaSet) Apply(st PartitionState) {
 			r.node.log.Error("cannot become leader", "topic", r.topic, "partition", r.id, "epoch", st.LeaderEpoch, "err", err)
 			r.mu.Lock()
 			r.state, r.known, r.leader = st.Clone(), true, nil
-			r.changed.broadcast()
+			r.changed.Broadcast()
 			r.mu.Unlock()
 			return
 		}
@@ -471,7 +472,7 @@ func (r *ReplicaSet) Apply(st PartitionState) {
 		r.leader = NewLeader(self, st, LeaderConfig{MinInSyncReplicas: r.cfg.MinInSyncReplicas, ReplicaLagTime: r.node.cfg.ReplicaLagTime},
 			r.part.Log().CommittedOffset(), r.part.HighWatermark(), time.Now())
 		r.advanceLocked()
-		r.changed.broadcast()
+		r.changed.Broadcast()
 		r.mu.Unlock()
 		r.node.log.Info("leading", "topic", r.topic, "partition", r.id, "epoch", st.LeaderEpoch, "isr", st.ISR,
 			"log_end", r.part.EndOffset(), "high_watermark", r.part.HighWatermark())
@@ -482,7 +483,7 @@ func (r *ReplicaSet) Apply(st PartitionState) {
 	}
 	r.mu.Lock()
 	r.state, r.known, r.leader = st.Clone(), true, nil
-	r.changed.broadcast()
+	r.changed.Broadcast()
 	r.mu.Unlock()
 	if st.Leader >= 0 && st.HasReplica(self) {
 		r.startFetcher(st.Leader, st.LeaderEpoch)
@@ -494,32 +495,7 @@ func (r *ReplicaSet) close() {
 	r.mu.Lock()
 	r.closed = true
 	r.leader = nil
-	r.changed.broadcast()
+	r.changed.Broadcast()
 	r.mu.Unlock()
 	r.stopFetcher()
-}
-
-// notifier is a broadcast: wait returns a channel closed at the next
-// broadcast.
-type notifier struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (n *notifier) wait() <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch == nil {
-		n.ch = make(chan struct{})
-	}
-	return n.ch
-}
-
-func (n *notifier) broadcast() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.ch != nil {
-		close(n.ch)
-		n.ch = nil
-	}
 }
