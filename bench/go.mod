@@ -7,6 +7,9 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/spoolmq/spool v0.0.0
 	github.com/tidwall/wal v1.2.1
+	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 )
 
 require (
