@@ -221,6 +221,20 @@ func (l *Log) load() (RecoveryInfo, error) {
 	l.committed.Store(end)
 	l.durable = end
 
+	// Segments wholly below the start offset are what a crash left of a
+	// DeleteRecordsBefore or Reset: nothing in them is readable.
+	n := 0
+	for n < len(segs)-1 && segs[n+1].Base() <= start {
+		n++
+	}
+	if n > 0 {
+		l.logger.Info("deleting segments below the log start offset", "segments", n, "start_offset", start)
+		if err := l.deleteFirst(n); err != nil {
+			return info, err
+		}
+		segs = l.segments()
+	}
+
 	// What is on disk now was checked (or closed cleanly). Make it durable
 	// and record that, so the next unclean restart starts from here, and
 	// mark the log open: until a clean close, a restart must recover.

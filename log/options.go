@@ -159,6 +159,13 @@ type Options struct {
 	// background (log.retention.check.interval.ms). Default 5 minutes;
 	// negative: never (a broker that schedules retention itself).
 	RetentionCheckInterval time.Duration
+	// RetentionLimit, if set, bounds what retention and
+	// DeleteRecordsBefore may delete: never a record at or past the offset
+	// it returns. A replicated partition passes its high watermark, as
+	// Kafka does, so a leader never deletes records its followers have yet
+	// to copy. Called with the log's state locked: it must not call back
+	// into the log.
+	RetentionLimit func() int64
 	// MaxMessageBytes is the largest batch an append accepts, after
 	// compression (max.message.bytes). Default 1 MiB.
 	MaxMessageBytes int

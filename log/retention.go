@@ -1,6 +1,7 @@
 package log
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spoolmq/spool/segment"
@@ -15,8 +16,8 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 	if err := l.writable(); err != nil {
 		return err
 	}
-	if offset > l.committed.Load() {
-		return fmt.Errorf("%w: cannot delete before %d, committed offset is %d", ErrOffsetOutOfRange, offset, l.committed.Load())
+	if limit := l.retentionLimit(); offset > limit {
+		return fmt.Errorf("%w: cannot delete before %d, committed offset is %d", ErrOffsetOutOfRange, offset, limit)
 	}
 	if offset <= l.start.Load() {
 		return nil
@@ -47,6 +48,7 @@ func (l *Log) ApplyRetention() (int, error) {
 		return 0, err
 	}
 	segs := l.segments()
+	limit := l.retentionLimit()
 	var total int64
 	for _, s := range segs {
 		total += s.Size()
@@ -65,8 +67,9 @@ func (l *Log) ApplyRetention() (int, error) {
 			// An empty segment (compaction can leave one) is expired.
 			byTime = s.Size() == 0 || maxTS >= 0 && now-maxTS > l.opts.RetentionTime.Milliseconds()
 		}
-		// Deleting it would leave the log start past the committed offset.
-		if !(bySize || byTime) || segs[n+1].Base() > l.committed.Load() {
+		// Deleting it would leave the log start past the committed offset
+		// (or the high watermark, RetentionLimit).
+		if !(bySize || byTime) || segs[n+1].Base() > limit {
 			break
 		}
 		total -= s.Size()
@@ -81,6 +84,16 @@ func (l *Log) ApplyRetention() (int, error) {
 	}
 	l.start.Store(newStart)
 	return n, l.deleteFirst(n)
+}
+
+// retentionLimit is the offset retention may not delete past: the
+// committed offset, or RetentionLimit's if lower.
+func (l *Log) retentionLimit() int64 {
+	limit := l.committed.Load()
+	if f := l.opts.RetentionLimit; f != nil {
+		limit = min(limit, f())
+	}
+	return limit
 }
 
 // deleteFirst deletes the first n segments. Called with mu and cpMu held,
@@ -217,4 +230,60 @@ func (l *Log) writable() error {
 		return ErrClosed
 	}
 	return l.failed()
+}
+
+// Reset empties the log and starts it again at offset, which must be past
+// its end (Kafka's truncateFullyAndStartAt): a replica whose whole log lies
+// below its leader's log start offset - it was away while the leader's
+// retention deleted what it would have fetched next - keeps nothing and
+// copies on from the leader's start. Every segment is deleted; the log
+// start, end and committed offsets all become offset. It is on stable
+// storage before it returns, in an order a crash at any point recovers from
+// without a hole between old records and new: first the checkpoint names
+// offset as the log start (a reopen then finds every old record below the
+// start and keeps none), then the new empty segment is created, then the
+// old segments are deleted (Open deletes any a crash left).
+func (l *Log) Reset(offset int64) error {
+	defer l.lockState()()
+	if err := l.writable(); err != nil {
+		return err
+	}
+	if end := l.next.Load(); offset <= end {
+		return fmt.Errorf("%w: reset to %d, not past the log end %d", ErrOffsetOutOfRange, offset, end)
+	}
+	if err := l.writeStateLocked(offset); err != nil {
+		return err
+	}
+	s, err := segment.Create(l.dir, offset, l.opts.segmentOptions())
+	if err != nil {
+		return l.fail(err)
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		s.Close(false)
+		return l.fail(err)
+	}
+	old := l.segments()
+	l.publish([]*segment.Segment{s})
+	l.active = s
+	l.unsynced = nil
+	l.start.Store(offset)
+	l.next.Store(offset)
+	l.truncs.Add(1)
+	l.committed.Store(offset)
+	l.syncMu.Lock()
+	l.durable = offset
+	l.syncCond.Broadcast()
+	l.syncMu.Unlock()
+	l.rp = RecoveryPoint{Offset: offset, SegmentBase: offset}
+	l.cleanerOffset = offset
+	var errs []error
+	for _, g := range old {
+		errs = append(errs, g.Delete())
+	}
+	errs = append(errs, l.fs.SyncDir(l.dir))
+	l.notify.Broadcast()
+	if err := errors.Join(errs...); err != nil {
+		return l.fail(err)
+	}
+	return l.writeStateLocked(offset)
 }
