@@ -55,11 +55,18 @@ type Partition struct {
 
 // Open opens (or creates) the partition whose log lives in dir.
 func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
+	p := &Partition{topic: topic, id: id, dir: dir, replicated: opts.Replicated, producerExpiration: opts.ProducerIDExpiration}
+	if opts.Replicated && opts.Log.RetentionLimit == nil {
+		// Retention never deletes past the high watermark: a follower
+		// may not have copied those records yet. (hw is 0 until set
+		// below, which only holds retention back.)
+		opts.Log.RetentionLimit = p.hw.Load
+	}
 	l, err := log.Open(dir, opts.Log)
 	if err != nil {
 		return nil, err
 	}
-	p := &Partition{topic: topic, id: id, dir: dir, log: l, replicated: opts.Replicated, producerExpiration: opts.ProducerIDExpiration}
+	p.log = l
 	p.epoch.Store(opts.LeaderEpoch)
 	if opts.Replicated {
 		p.epoch.Store(-1)

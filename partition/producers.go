@@ -154,6 +154,13 @@ func (p *Partition) SnapshotProducers() error {
 // log end are deleted now, and the next idempotent append loads the state
 // again from what remains.
 func (p *Partition) ResetProducers() error {
+	end := p.log.EndOffset()
+	return p.dropProducers(func(off int64) bool { return off > end })
+}
+
+// dropProducers forgets the producer state and deletes the snapshots at
+// the offsets drop picks.
+func (p *Partition) dropProducers(drop func(offset int64) bool) error {
 	h := p.producerHolder()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -168,9 +175,8 @@ func (p *Partition) ResetProducers() error {
 	if err != nil {
 		return err
 	}
-	end := p.log.EndOffset()
 	for _, off := range offsets {
-		if off > end {
+		if drop(off) {
 			if err := os.Remove(filepath.Join(p.dir, snapshotName(off))); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
 			}

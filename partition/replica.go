@@ -129,6 +129,32 @@ func (p *Partition) TruncateTo(offset int64) (int64, error) {
 	return end, nil
 }
 
+// StartAt empties the partition and starts its log at offset, past its end
+// (see log.Log.Reset): what a follower does when its whole log lies below
+// the leader's log start offset, so that nothing it could fetch next still
+// exists. The epoch cache and the producer snapshots are emptied with it,
+// and the high watermark becomes offset. Kafka calls this
+// truncateFullyAndStartAt.
+func (p *Partition) StartAt(offset int64) error {
+	if err := p.log.Reset(offset); err != nil {
+		return err
+	}
+	if err := p.epochs.Reset(nil); err != nil {
+		return err
+	}
+	if err := p.dropProducers(func(int64) bool { return true }); err != nil {
+		return err
+	}
+	if p.replicated {
+		p.hw.Store(offset)
+		p.hwNotify.Broadcast()
+		if err := p.hwFile.write(offset); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Crash closes the partition as if its process had died: no producer
 // snapshot, no last high-watermark record, and the log closed as log.Log.Crash
 // does (with dropUnsynced, losing what was not fsynced). For crash tests.

@@ -179,3 +179,52 @@ func TestHighWatermarkCheckpoint(t *testing.T) {
 	_, ok := c.read()
 	require.False(t, ok)
 }
+
+// A replicated partition's retention never deletes past its high
+// watermark (its followers may not have those records yet), and StartAt
+// empties it at an offset past its end with the epoch cache, producer
+// snapshots and high watermark following.
+func TestReplicatedRetentionAndStartAt(t *testing.T) {
+	dir := t.TempDir()
+	o := replicated(log.Sync)
+	o.Log.SegmentBytes = 1024
+	o.Log.RetentionBytes = 1
+	o.Log.RetentionCheckInterval = -1
+	p, err := Open(dir, "t", 0, o)
+	require.NoError(t, err)
+	require.NoError(t, p.BecomeLeader(2))
+	for i := 0; i < 300; i++ {
+		_, err := p.Append(record.Record{Value: bytes.Repeat([]byte{byte(i)}, 20)})
+		require.NoError(t, err)
+	}
+	require.Greater(t, p.Log().NumSegments(), 3)
+	n, err := p.Log().ApplyRetention()
+	require.NoError(t, err)
+	require.Zero(t, n, "high watermark 0: nothing may go")
+	p.SetHighWatermark(150)
+	_, err = p.Log().ApplyRetention()
+	require.NoError(t, err)
+	require.Positive(t, p.StartOffset())
+	require.LessOrEqual(t, p.StartOffset(), int64(150))
+
+	// A producer snapshot of the old log (its content does not matter
+	// here) must go with it.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, snapshotName(200)), []byte("x"), 0o644))
+	require.ErrorIs(t, p.StartAt(300), log.ErrOffsetOutOfRange, "not past the end")
+	require.NoError(t, p.StartAt(1000))
+	require.Equal(t, int64(1000), p.StartOffset())
+	require.Equal(t, int64(1000), p.EndOffset())
+	require.Equal(t, int64(1000), p.HighWatermark())
+	require.Empty(t, p.Epochs().Entries())
+	snaps, err := listSnapshots(dir)
+	require.NoError(t, err)
+	require.Empty(t, snaps)
+	require.NoError(t, p.Close())
+
+	p, err = Open(dir, "t", 0, o)
+	require.NoError(t, err)
+	defer p.Close()
+	require.Equal(t, int64(1000), p.StartOffset())
+	require.Equal(t, int64(1000), p.HighWatermark())
+	require.Empty(t, p.Epochs().Entries())
+}

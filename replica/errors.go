@@ -1,6 +1,11 @@
 package replica
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spoolmq/spool/log"
+)
 
 // Errors returned by the replica package, tested with errors.Is. Package
 // transport maps them to Kafka's error codes (named in each comment).
@@ -67,3 +72,22 @@ var (
 	// live brokers (INVALID_REPLICATION_FACTOR).
 	ErrNotEnoughBrokers = errors.New("replica: not enough live brokers for the replication factor")
 )
+
+// OffsetOutOfRangeError is a leader's answer to a follower's fetch at an
+// offset its log does not hold (OFFSET_OUT_OF_RANGE), with the range it
+// does hold. errors.Is(err, log.ErrOffsetOutOfRange) is true of it. A
+// follower below LogStartOffset empties its log and starts again there
+// (partition.Partition.StartAt); one past LogEndOffset truncates again by
+// leader epoch.
+type OffsetOutOfRangeError struct {
+	Offset         int64 // the fetch offset
+	LogStartOffset int64 // the leader's log start offset
+	LogEndOffset   int64 // the leader's log end (its committed offset)
+}
+
+func (e *OffsetOutOfRangeError) Error() string {
+	return fmt.Sprintf("%v: fetch at %d, leader holds [%d, %d)", log.ErrOffsetOutOfRange, e.Offset, e.LogStartOffset, e.LogEndOffset)
+}
+
+// Unwrap returns log.ErrOffsetOutOfRange.
+func (e *OffsetOutOfRangeError) Unwrap() error { return log.ErrOffsetOutOfRange }

@@ -82,6 +82,24 @@ func (r *ReplicaSet) follow(ctx context.Context, f *fetcher) {
 			FetchOffset: r.part.EndOffset(), CurrentLeaderEpoch: f.epoch, LastFetchedEpoch: r.part.Epochs().Latest(),
 			MaxBytes: cfg.FetchMaxBytes, MaxWait: cfg.FetchMaxWait}
 		resp, err := link.Fetch(ctx, req)
+		var oor *OffsetOutOfRangeError
+		if errors.As(err, &oor) {
+			if req.FetchOffset < oor.LogStartOffset {
+				// The leader deleted (retention, DeleteRecords) what
+				// this replica would fetch next: nothing it holds is
+				// in the leader's log any more. Start over at the
+				// leader's log start (Kafka's truncateFullyAndStartAt).
+				r.node.log.Info("follower: log ends before the leader's log start; emptying it and starting there",
+					"topic", r.topic, "partition", r.id, "end", req.FetchOffset, "leader_log_start", oor.LogStartOffset)
+				if serr := r.part.StartAt(oor.LogStartOffset); serr != nil {
+					err = serr
+				} else {
+					continue
+				}
+			} else {
+				truncated = false // past the leader's end: agree on epochs again
+			}
+		}
 		if err != nil {
 			if !fail("fetch", err) {
 				return

@@ -303,6 +303,12 @@ func (r *ReplicaSet) handleFetch(ctx context.Context, req *FetchRequest) (*Fetch
 	}
 	leaderEnd := r.part.Log().CommittedOffset()
 	resp := &FetchResponse{HighWatermark: r.part.HighWatermark(), LogStartOffset: r.part.StartOffset(), LogEndOffset: leaderEnd}
+	if req.FetchOffset < resp.LogStartOffset {
+		// Below the log start whatever the epochs say (as Kafka): the
+		// follower starts over at the leader's log start.
+		r.mu.Unlock()
+		return nil, &OffsetOutOfRangeError{Offset: req.FetchOffset, LogStartOffset: resp.LogStartOffset, LogEndOffset: leaderEnd}
+	}
 	if req.LastFetchedEpoch >= 0 {
 		// The follower's last batch is from an epoch this log ended
 		// earlier, or never had: its log diverges (Partition.scala's
@@ -316,7 +322,7 @@ func (r *ReplicaSet) handleFetch(ctx context.Context, req *FetchRequest) (*Fetch
 	}
 	if req.FetchOffset < resp.LogStartOffset || req.FetchOffset > leaderEnd {
 		r.mu.Unlock()
-		return nil, fmt.Errorf("%w: fetch at %d, leader holds [%d, %d)", log.ErrOffsetOutOfRange, req.FetchOffset, resp.LogStartOffset, leaderEnd)
+		return nil, &OffsetOutOfRangeError{Offset: req.FetchOffset, LogStartOffset: resp.LogStartOffset, LogEndOffset: leaderEnd}
 	}
 	if r.leader.Fetch(req.ReplicaID, req.BrokerEpoch, req.FetchOffset, leaderEnd, now) {
 		r.part.SetHighWatermark(r.leader.HighWatermark())

@@ -368,3 +368,63 @@ func TestPreferredLeaderElection(t *testing.T) {
 	require.NoError(t, c.WaitConverged(ctx, "p", 0))
 	requireIdentical(t, c, "p", 0)
 }
+
+// A follower that was away while the leader deleted the records it would
+// fetch next (retention, DeleteRecords) cannot copy on from its log end: it
+// empties its log and starts at the leader's log start (Kafka's
+// truncateFullyAndStartAt), rejoins the ISR, and from there holds exactly
+// the leader's bytes. Without it the follower fetched out of range forever
+// and the partition ran one replica short.
+func TestFollowerBehindLeaderLogStart(t *testing.T) {
+	c, ctx := newCluster(t, Options{MinInSyncReplicas: 2, SegmentBytes: 4 << 10})
+	require.NoError(t, c.CreateTopic(ctx, replica.TopicSpec{Name: "r", Partitions: 1, ReplicationFactor: 3}))
+	all := replica.AppendOptions{Acks: replica.AcksAll, Timeout: 5 * time.Second}
+	for i := range 50 {
+		_, err := c.Produce(ctx, "r", 0, recs(fmt.Sprint("a", i), 10), all)
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.WaitConverged(ctx, "r", 0))
+	st := leaderOf(t, c, "r")
+	var away int32
+	for _, id := range st.Replicas {
+		if id != st.Leader {
+			away = id
+			break
+		}
+	}
+	require.NoError(t, c.Crash(away, false))
+	for i := range 100 {
+		_, err := c.Produce(ctx, "r", 0, recs(fmt.Sprint("b", i), 10), all)
+		require.NoError(t, err)
+	}
+	// The leader and the other follower delete everything the crashed
+	// follower has and more.
+	st = leaderOf(t, c, "r")
+	lp, ok := c.Partition(st.Leader, "r", 0)
+	require.True(t, ok)
+	start := lp.HighWatermark() - 200
+	require.Greater(t, start, int64(500), "deletes past the crashed follower's end")
+	for _, id := range st.Replicas {
+		if p, ok := c.Partition(id, "r", 0); ok && id != away {
+			require.NoError(t, p.Log().DeleteRecordsBefore(start))
+		}
+	}
+
+	require.NoError(t, c.Restart(away))
+	for i := range 20 {
+		_, err := c.Produce(ctx, "r", 0, recs(fmt.Sprint("c", i), 10), all)
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.WaitConverged(ctx, "r", 0))
+	fp, ok := c.Partition(away, "r", 0)
+	require.True(t, ok)
+	require.Equal(t, start, fp.StartOffset(), "the follower starts at the leader's log start")
+	require.Equal(t, int64(0), c.Node(away).Stats().TruncatedCommitted, "deleted records are not lost records")
+	requireIdentical(t, c, "r", 0)
+
+	// Its epoch cache describes what it holds: it can lead.
+	require.NoError(t, c.Stop(st.Leader))
+	st = waitLeader(t, ctx, c, "r", func(s replica.PartitionState) bool { return s.Leader > 0 && s.Leader != st.Leader })
+	_, err := c.Produce(ctx, "r", 0, recs("d", 10), all)
+	require.NoError(t, err)
+}
