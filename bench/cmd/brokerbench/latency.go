@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/bench/internal/report"
 )
 
 // latencyRow is spool's produce-to-consume latency in one cell: the median
@@ -271,7 +272,7 @@ func printLatency(out io.Writer, cfg config, rows []latencyRow, fs fsyncStats) {
 			fmt.Sprintf("%.0f", r.target), fmt.Sprintf("%.0f", r.achieved), fmt.Sprintf("%.2f", r.cpu), fmt.Sprint(r.records),
 			ms(r.p50), ms(r.p99), ms(r.p999), ms(r.max), target, ms(r.ackP50), ms(r.ackP99)})
 	}
-	printTable(out, cfg, header, lines)
+	report.Table(out, cfg.markdown, header, lines)
 	fmt.Fprintf(out, "fsync of 4 KiB appends on the same file system (%d fsyncs): p50 %v, p99 %v, p99.9 %v, max %v\n",
 		fs.n, ms(fs.p50), ms(fs.p99), ms(fs.p999), ms(fs.max))
 }

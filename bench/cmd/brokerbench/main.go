@@ -31,7 +31,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
+
+	"github.com/spoolmq/spool/bench/internal/report"
 	"time"
 )
 
@@ -89,7 +90,7 @@ func main() {
 	flag.Parse()
 
 	var err error
-	if cfg.sizes, err = parseInts(sizes); err != nil {
+	if cfg.sizes, err = report.Ints(sizes, 16); err != nil {
 		fatalf("--sizes: %v", err)
 	}
 	for p := range strings.SplitSeq(policies, ",") {
@@ -150,18 +151,6 @@ func main() {
 func fatalf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "brokerbench: "+format+"\n", args...)
 	os.Exit(1)
-}
-
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 16 {
-			return nil, fmt.Errorf("%q is not an integer of at least 16 (the value carries an index and a timestamp)", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 // cell is one point of the matrix.
@@ -347,7 +336,7 @@ func printThroughput(out io.Writer, cfg config, sys []system, cells []cell, rows
 	for i, c := range cells {
 		for j, s := range sys {
 			r := rows[i][j]
-			line := []string{sizeName(c.size), policyName(c.policy, s.name()), strconv.Itoa(c.records), s.name(),
+			line := []string{report.SizeName(c.size), policyName(c.policy, s.name()), strconv.Itoa(c.records), s.name(),
 				fmt.Sprintf("%.0f", r.publishRate()), fmt.Sprintf("%.1f", r.publishRate()*float64(c.size)/1e6),
 				fmt.Sprintf("%.0f", r.replayRate()), fmt.Sprintf("%.1f", r.replayRate()*float64(c.size)/1e6)}
 			if js >= 0 && j != js {
@@ -360,7 +349,7 @@ func printThroughput(out io.Writer, cfg config, sys []system, cells []cell, rows
 			lines = append(lines, line)
 		}
 	}
-	printTable(out, cfg, header, lines)
+	report.Table(out, cfg.markdown, header, lines)
 }
 
 // policyName names the flush policy as each system spells it.
@@ -374,36 +363,4 @@ func policyName(policy, system string) string {
 		return "sync (log.Sync)"
 	}
 	return "none (log.None)"
-}
-
-func printTable(out io.Writer, cfg config, header []string, lines [][]string) {
-	if cfg.markdown {
-		fmt.Fprintln(out)
-		fmt.Fprintf(out, "| %s |\n", strings.Join(header, " | "))
-		seps := make([]string, len(header))
-		for i := range seps {
-			seps[i] = "---:"
-		}
-		fmt.Fprintf(out, "|%s|\n", strings.Join(seps, "|"))
-		for _, l := range lines {
-			fmt.Fprintf(out, "| %s |\n", strings.Join(l, " | "))
-		}
-		fmt.Fprintln(out)
-		return
-	}
-	fmt.Fprintln(out)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
-	for _, l := range lines {
-		fmt.Fprintln(tw, strings.Join(l, "\t")+"\t")
-	}
-	tw.Flush()
-	fmt.Fprintln(out)
-}
-
-func sizeName(n int) string {
-	if n%1024 == 0 {
-		return fmt.Sprintf("%d KiB", n/1024)
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -30,9 +30,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
+
 	"time"
 
+	"github.com/spoolmq/spool/bench/internal/report"
 	"github.com/spoolmq/spool/bench/kafkabench"
 )
 
@@ -71,10 +72,10 @@ func main() {
 	flag.Parse()
 
 	var err error
-	if cfg.sizes, err = parseInts(sizes, 16); err != nil {
+	if cfg.sizes, err = report.Ints(sizes, 16); err != nil {
 		fatalf("--sizes: %v", err)
 	}
-	if cfg.partitions, err = parseInts(partitions, 1); err != nil {
+	if cfg.partitions, err = report.Ints(partitions, 1); err != nil {
 		fatalf("--partitions: %v", err)
 	}
 	for a := range strings.SplitSeq(acks, ",") {
@@ -123,29 +124,6 @@ func fatalf(format string, args ...any) {
 	os.Exit(1)
 }
 
-func parseInts(s string, least int) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < least {
-			return nil, fmt.Errorf("%q is not an integer of at least %d", f, least)
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
-
-// loadAvg is the first three fields of /proc/loadavg: the machine is shared,
-// so the tables say how busy it was.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
-}
-
 type cell struct {
 	size, partitions int
 	acks             kafkabench.Acks
@@ -159,7 +137,7 @@ type result struct {
 func run(cfg config, out io.Writer) error {
 	ctx := context.Background()
 	fmt.Fprintf(out, "kafkabench: %s %s/%s, GOMAXPROCS=%d, %d runs (median), %d records per cell, load average %s\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), cfg.runs, cfg.records, loadAvg())
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), cfg.runs, cfg.records, report.LoadAvg())
 	fmt.Fprintf(out, "client: franz-go kgo (linger 10 ms, no compression; acks=all idempotent, acks=1 not); spool: log.None; kfake: in memory; kfake-disk: DataDir, no SyncWrites\n")
 	start := time.Now()
 	var cells []cell
@@ -188,7 +166,7 @@ func run(cfg config, out io.Writer) error {
 				if cfg.verbose {
 					fmt.Fprintf(os.Stderr, "size=%d partitions=%d acks=%v run=%d %-10s produce %9.0f rec/s (%v)  consume %9.0f rec/s (%v)  load %s\n",
 						c.size, c.partitions, c.acks, r, sys, rate(cfg.records, res.produce), res.produce.Round(time.Millisecond),
-						rate(cfg.records, res.consume), res.consume.Round(time.Millisecond), loadAvg())
+						rate(cfg.records, res.consume), res.consume.Round(time.Millisecond), report.LoadAvg())
 				}
 				runs[j] = append(runs[j], res)
 			}
@@ -223,7 +201,7 @@ func run(cfg config, out io.Writer) error {
 					if cfg.verbose {
 						fmt.Fprintf(os.Stderr, "latency linger=%v run=%d %-6s achieved %.0f rec/s: p50 %v p99 %v p99.9 %v max %v; ack p50 %v p99 %v  load %s\n",
 							linger, r, sys, res.Achieved, pct(res.Latencies, 0.5), pct(res.Latencies, 0.99), pct(res.Latencies, 0.999),
-							res.Latencies[len(res.Latencies)-1], pct(res.Acks, 0.5), pct(res.Acks, 0.99), loadAvg())
+							res.Latencies[len(res.Latencies)-1], pct(res.Acks, 0.5), pct(res.Acks, 0.99), report.LoadAvg())
 					}
 					lat[li][j] = append(lat[li][j], res)
 				}
@@ -231,7 +209,7 @@ func run(cfg config, out io.Writer) error {
 		}
 		printLatency(out, cfg, n, lat)
 	}
-	fmt.Fprintf(out, "total time %v, load average %s\n", time.Since(start).Round(time.Second), loadAvg())
+	fmt.Fprintf(out, "total time %v, load average %s\n", time.Since(start).Round(time.Second), report.LoadAvg())
 	return nil
 }
 
@@ -312,7 +290,7 @@ func printThroughput(out io.Writer, cfg config, cells []cell, rows [][]result) {
 		for j, sys := range cfg.systems {
 			r := rows[i][j]
 			p, cons := rate(cfg.records, r.produce), rate(cfg.records, r.consume)
-			line := []string{sizeName(c.size), strconv.Itoa(c.partitions), c.acks.String(), sys,
+			line := []string{report.SizeName(c.size), strconv.Itoa(c.partitions), c.acks.String(), sys,
 				fmt.Sprintf("%.0f", p), fmt.Sprintf("%.1f", p*float64(c.size)/1e6),
 				fmt.Sprintf("%.0f", cons), fmt.Sprintf("%.1f", cons*float64(c.size)/1e6)}
 			if sp >= 0 && j != sp {
@@ -326,7 +304,7 @@ func printThroughput(out io.Writer, cfg config, cells []cell, rows [][]result) {
 			lines = append(lines, line)
 		}
 	}
-	printTable(out, cfg, header, lines)
+	report.Table(out, cfg.markdown, header, lines)
 }
 
 func printLatency(out io.Writer, cfg config, n int, lat [][][]kafkabench.LatencyResult) {
@@ -363,36 +341,5 @@ func printLatency(out io.Writer, cfg config, n int, lat [][][]kafkabench.Latency
 			lines = append(lines, line)
 		}
 	}
-	printTable(out, cfg, header, lines)
-}
-
-func printTable(out io.Writer, cfg config, header []string, lines [][]string) {
-	fmt.Fprintln(out)
-	if cfg.markdown {
-		fmt.Fprintf(out, "| %s |\n", strings.Join(header, " | "))
-		seps := make([]string, len(header))
-		for i := range seps {
-			seps[i] = "---:"
-		}
-		fmt.Fprintf(out, "|%s|\n", strings.Join(seps, "|"))
-		for _, l := range lines {
-			fmt.Fprintf(out, "| %s |\n", strings.Join(l, " | "))
-		}
-		fmt.Fprintln(out)
-		return
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
-	for _, l := range lines {
-		fmt.Fprintln(tw, strings.Join(l, "\t")+"\t")
-	}
-	tw.Flush()
-	fmt.Fprintln(out)
-}
-
-func sizeName(n int) string {
-	if n%1024 == 0 {
-		return fmt.Sprintf("%d KiB", n/1024)
-	}
-	return fmt.Sprintf("%d B", n)
+	report.Table(out, cfg.markdown, header, lines)
 }

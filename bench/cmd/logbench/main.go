@@ -25,9 +25,10 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
+
 	"time"
 
+	"github.com/spoolmq/spool/bench/internal/report"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
 	"github.com/tidwall/wal"
@@ -64,10 +65,10 @@ func main() {
 	flag.Parse()
 
 	var err error
-	if cfg.sizes, err = parseInts(sizes); err != nil {
+	if cfg.sizes, err = report.Ints(sizes, 1); err != nil {
 		fatalf("--sizes: %v", err)
 	}
-	if cfg.batches, err = parseInts(batches); err != nil {
+	if cfg.batches, err = report.Ints(batches, 1); err != nil {
 		fatalf("--batches: %v", err)
 	}
 	for p := range strings.SplitSeq(policies, ",") {
@@ -107,18 +108,6 @@ func main() {
 func fatalf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "logbench: "+format+"\n", args...)
 	os.Exit(1)
-}
-
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%q is not a positive integer", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 // cell is one point of the matrix.
@@ -467,7 +456,7 @@ func printTable(out io.Writer, cfg config, sys []system, cells []cell, rows [][]
 	}
 	var lines [][]string
 	for i, c := range cells {
-		line := []string{sizeName(c.size), strconv.Itoa(c.batch), c.policy}
+		line := []string{report.SizeName(c.size), strconv.Itoa(c.batch), c.policy}
 		for _, r := range rows[i] {
 			rate := r.recordsPerSec()
 			line = append(line,
@@ -485,31 +474,5 @@ func printTable(out io.Writer, cfg config, sys []system, cells []cell, rows [][]
 		}
 		lines = append(lines, line)
 	}
-	if cfg.markdown {
-		fmt.Fprintln(out)
-		fmt.Fprintf(out, "| %s |\n", strings.Join(header, " | "))
-		seps := make([]string, len(header))
-		for i := range seps {
-			seps[i] = "---:"
-		}
-		fmt.Fprintf(out, "|%s|\n", strings.Join(seps, "|"))
-		for _, l := range lines {
-			fmt.Fprintf(out, "| %s |\n", strings.Join(l, " | "))
-		}
-		fmt.Fprintln(out)
-		return
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
-	for _, l := range lines {
-		fmt.Fprintln(tw, strings.Join(l, "\t")+"\t")
-	}
-	tw.Flush()
-}
-
-func sizeName(n int) string {
-	if n%1024 == 0 {
-		return fmt.Sprintf("%d KiB", n/1024)
-	}
-	return fmt.Sprintf("%d B", n)
+	report.Table(out, cfg.markdown, header, lines)
 }
