@@ -312,3 +312,63 @@ func TestSaramaAdmin(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestSaramaOldProtocolVersions: sarama configured for Kafka 0.8.2 (Produce
+// v0 and Fetch v0: message format v0, no timestamps) and for 0.10.2
+// (Produce v2 and Fetch v3: message format v1, gzip-wrapped here), as
+// services pinned to an old Config.Version run: spool up-converts what they
+// produce and down-converts what they fetch. Every record exactly once, in
+// order per partition, with the v1 timestamps kept.
+func TestSaramaOldProtocolVersions(t *testing.T) {
+	s := startServer(t)
+	ctx := testContext(t, 60*time.Second)
+	for _, c := range []struct {
+		name    string
+		version sarama.KafkaVersion
+		codec   sarama.CompressionCodec
+	}{
+		{"v0.8.2", sarama.V0_8_2_0, sarama.CompressionNone},
+		{"v0.10.2", sarama.V0_10_2_0, sarama.CompressionGZIP},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			topic := "sarama-old-" + c.name
+			saramaCreate(t, s, saramaConfig("sarama-admin"), topic, 2)
+			led := newLedger()
+			cfg := saramaConfig("sarama-" + c.name)
+			cfg.Version = c.version
+			cfg.Producer.Compression = c.codec
+			msgs := saramaMessages(topic, c.name, 200)
+			stamp := time.UnixMilli(1_700_000_000_000)
+			for _, m := range msgs {
+				m.Timestamp = stamp
+			}
+			saramaSyncProduce(t, s, cfg, led, msgs)
+
+			cons, err := sarama.NewConsumer([]string{s.Addr}, cfg)
+			require.NoError(t, err)
+			defer cons.Close()
+			for p := int32(0); p < 2; p++ {
+				pc, err := cons.ConsumePartition(topic, p, sarama.OffsetOldest)
+				require.NoError(t, err)
+				led.mu.Lock()
+				want := len(led.produced[tp{topic, p}])
+				led.mu.Unlock()
+				for range want {
+					select {
+					case m := <-pc.Messages():
+						led.consume(m.Topic, m.Partition, m.Offset, string(m.Value), c.name)
+						if c.version.IsAtLeast(sarama.V0_10_0_0) {
+							require.Equal(t, stamp.UnixMilli(), m.Timestamp.UnixMilli(), "message format v1 keeps CreateTime")
+						}
+					case err := <-pc.Errors():
+						t.Fatalf("consume %s-%d: %v", topic, p, err)
+					case <-ctx.Done():
+						t.Fatalf("consume %s-%d: %v", topic, p, ctx.Err())
+					}
+				}
+				require.NoError(t, pc.Close())
+			}
+			led.checkExactlyOnce(t)
+		})
+	}
+}

@@ -11,13 +11,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Produce v3-v13.
+// Produce v0-v13.
 //
-// v0-v2 carry message format v0/v1 (MessageSets), which spool does not
-// store - its log holds RecordBatch v2 only - so they are not advertised;
-// every client that can talk to a Kafka of the last eight years speaks v3
-// (librdkafka needs Produce v3 for its v2 message format anyway).
-//
+//	v0   message format v0/v1 (MessageSets): converted to one uncompressed
+//	     RecordBatch v2 before anything else (upConvert), as Kafka's broker
+//	     did; keys, values and v1 CreateTimes kept, v0 records get no
+//	     timestamp (-1)
+//	v1   throttle time in the response
+//	v2   LogAppendTime in the response
 //	v3   RecordBatch (magic 2) only, exactly one batch per partition; transactional id
 //	v4   may answer KAFKA_STORAGE_ERROR
 //	v5   LogStartOffset in the response
@@ -46,7 +47,7 @@ import (
 // topic the producer just looked up is the same either way).
 // __consumer_offsets is refused (INVALID_TOPIC_EXCEPTION): its records are
 // the group coordinator's.
-func init() { register(kmsg.Produce, 3, 13, produce) }
+func init() { register(kmsg.Produce, 0, 13, produce) }
 
 // produceParallel bounds the partitions of one request appended at once:
 // each may wait for its own log's fsync.
@@ -157,7 +158,14 @@ func (c *conn) producePartition(req *request, pp producePart) {
 		setProduceError(req.version, out, produceErrorCode(err), err.Error())
 		return
 	}
-	b, code, msg := parseProduceBatch(req.version, pp.in.Records)
+	var b record.Batch
+	var code int16
+	var msg string
+	if req.version < 3 {
+		b, code, msg = upConvert(pp.in.Records)
+	} else {
+		b, code, msg = parseProduceBatch(req.version, pp.in.Records)
+	}
 	if code != errNone {
 		setProduceError(req.version, out, code, msg)
 		return
@@ -187,6 +195,30 @@ func setProduceError(version int16, out *kmsg.ProduceResponseTopicPartition, cod
 	if version >= 8 && msg != "" {
 		out.ErrorMessage = &msg
 	}
+}
+
+// upConvert turns an old producer's message set (Produce v0-v2, message
+// format v0 or v1, compressed wrappers included) into one uncompressed
+// RecordBatch v2 without a producer id: what Kafka's LogValidator did when
+// its log held v2. The log then checks it as it checks any batch.
+func upConvert(set []byte) (record.Batch, int16, string) {
+	if len(set) == 0 {
+		return record.Batch{}, errCorruptMessage, "no records"
+	}
+	recs, err := record.ParseMessageSet(set, record.DefaultMaxUncompressedBytes)
+	switch {
+	case errors.Is(err, record.ErrUnsupportedCodec):
+		return record.Batch{}, errUnsupportedCompressionType, err.Error()
+	case errors.Is(err, record.ErrDecompressedTooLarge):
+		return record.Batch{}, errMessageTooLarge, err.Error()
+	case err != nil:
+		return record.Batch{}, errCorruptMessage, err.Error()
+	}
+	b, err := record.NewBatch(recs, record.BatchOptions{})
+	if err != nil {
+		return record.Batch{}, errInvalidRecord, err.Error()
+	}
+	return b, errNone, ""
 }
 
 // parseProduceBatch checks a partition's records as Kafka's

@@ -17,22 +17,23 @@ import (
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Fetch v4 to v12.
+// Fetch v0 to v12.
 //
-// Versions 0-3 are not advertised: they carry message format v0/v1
-// (MessageSets), and the log holds only RecordBatch v2, so serving them
-// would mean decoding and down-converting every batch - no zero copy, and
-// semantics (timestamps, headers, transactions) that do not survive the
-// conversion. Every client that speaks RecordBatch v2 uses Fetch v4+.
+// Versions 0-3 return message format v0 (Fetch v0-v1) or v1 (v2-v3):
+// the batches read are down-converted to an uncompressed message set
+// (downConvert), as Kafka's brokers did before 4.0 - in memory, not zero
+// copy, and without what the old formats cannot carry (headers; v0 has no
+// timestamps). Every client that speaks RecordBatch v2 uses v4+, which go
+// from the segment files to the socket untouched.
 //
-// Version 13 and later name topics by ID (KIP-516); spool does not hand out
-// topic IDs on the wire yet (Metadata < 10), and clients that see a zero ID
-// fall back below 13. v12 is flexible: its RecordBatches length is a compact
-// (varint) length, which the zero-copy writer fills in too.
-func init() { registerRaw(kmsg.Fetch, 4, 12, serveFetch) }
+// Version 13 and later name topics by ID (KIP-516) and are not served yet;
+// clients fall back to v12. v12 is flexible: its RecordBatches length is a
+// compact (varint) length, which the zero-copy writer fills in too.
+func init() { registerRaw(kmsg.Fetch, 0, 12, serveFetch) }
 
 const (
 
@@ -138,7 +139,19 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 				rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
 			}
 			rp.DivergingEpoch.Epoch, rp.DivergingEpoch.EndOffset = fp.divergingEpoch, fp.divergingEndOffset
+			if req.version < 4 && fp.span.Len() > 0 {
+				set, err := downConvert(&fp.span, legacyMagic(req.version), fp.req.FetchOffset, int64(fp.req.PartitionMaxBytes))
+				releaseSpan(&fp.span)
+				if err != nil {
+					rp.ErrorCode, rp.HighWatermark = fetchErrorCode(err), -1
+				} else {
+					rp.RecordBatches = set
+				}
+			}
 		}
+	}
+	if req.version < 4 {
+		return encoded(resp), nil
 	}
 	fr, err := newFetchResponse(c, resp, parts)
 	if err != nil {
@@ -244,6 +257,53 @@ func waitAny(chans []<-chan struct{}, timeout, tick <-chan time.Time) {
 // partition whose first batch does not fit gets nothing. It returns the
 // bytes found and whether the fetch must be answered now (an error or a
 // diverging epoch).
+// legacyMagic is the message format of a Fetch version below 4.
+func legacyMagic(version int16) int8 {
+	if version >= 2 {
+		return 1
+	}
+	return 0
+}
+
+// downConvert reads a span of RecordBatch v2 and returns its records from
+// offset from on as an uncompressed message set of the given magic (0 or
+// 1): whole messages only, no more than maxBytes of them but always the
+// first. Control batches are left out; headers, which the old formats
+// cannot carry, are dropped.
+func downConvert(sp *log.Span, magic int8, from, maxBytes int64) ([]byte, error) {
+	buf := make([]byte, sp.Len())
+	if _, err := sp.ReadAt(buf, 0); err != nil {
+		return nil, err
+	}
+	out := []byte{}
+	var it record.Iterator
+	for len(buf) > 0 {
+		b, n, err := record.ParseBatch(buf)
+		if err != nil {
+			return nil, err
+		}
+		buf = buf[n:]
+		if b.IsControl() || b.LastOffset() < from {
+			continue
+		}
+		it.Reset(b)
+		for it.Next() {
+			r := it.Record()
+			if r.Offset < from {
+				continue
+			}
+			if len(out) > 0 && int64(len(out)+record.MessageSetSize(magic, r)) > maxBytes {
+				return out, nil
+			}
+			out = record.AppendMessage(out, magic, r.Offset, r, b.LogAppendTime())
+		}
+		if err := it.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 func readParts(body *kmsg.FetchRequest, version int16, parts []fetchPart) (int64, bool) {
 	limit := min(int64(max(body.MaxBytes, 0)), fetchMaxBytes)
 	minOne := true

@@ -26,5 +26,17 @@
 //
 // Each API lives in a file named after its key (00_produce.go, 01_fetch.go,
 // ...) that registers the version range it implements; ApiVersions
-// advertises exactly those, each from version 0 where the semantics allow.
+// advertises exactly those, every one from version 0.
+//
+// # Old message formats
+//
+// Produce v0-v2 and Fetch v0-v3 carry message format v0 and v1 - message
+// sets, Kafka before 0.11 - while the log holds RecordBatch v2 only. An old
+// producer's message set (compressed wrappers included) becomes one
+// uncompressed batch before it is validated and appended; an old
+// consumer's fetch is read as batches and down-converted in memory to
+// magic 0 (Fetch v0-v1) or 1 (v2-v3), whole messages only and at least one,
+// without headers (the format has none) and, in v0, without timestamps.
+// Those versions are served for clients pinned to old protocol versions;
+// they do not use the zero-copy path.
 package transport

@@ -713,7 +713,7 @@ func TestFetchEnvelopeMatchesKmsg(t *testing.T) {
 // Fetch must survive arbitrary request bodies: no panic, a response bounded
 // by what was asked (or a closed connection).
 func FuzzFetchRequest(f *testing.F) {
-	for _, v := range []int16{4, 7, 11, 12} {
+	for _, v := range []int16{0, 2, 3, 4, 7, 11, 12} {
 		req := fetchReq(5, 1, 1<<20, "fuzz", map[int32]int64{0: 0, 1: 3}, 100)
 		req.SetVersion(v)
 		f.Add(v, req.AppendTo(nil))
@@ -730,8 +730,8 @@ func FuzzFetchRequest(f *testing.F) {
 	require.NoError(f, b.CreateTopic(context.Background(), "fuzz", spool.TopicConfig{Partitions: 2}))
 	fetchAppend(f, b, "fuzz", 0, 5, 3, 40)
 	f.Fuzz(func(t *testing.T, version int16, body []byte) {
-		if version < 4 || version > 12 {
-			version = 4 + (version&0x7fff)%9
+		if version < 0 || version > 12 {
+			version = (version & 0x7fff) % 13
 		}
 		req := kmsg.NewPtrFetchRequest()
 		req.SetVersion(version)

@@ -704,11 +704,14 @@ func FuzzProduceRequest(f *testing.F) {
 	prodCreateTopic(f, b, "fuzz", 2)
 	d, err := b.DescribeTopic("fuzz")
 	require.NoError(f, err)
-	for _, v := range []int16{3, 7, 9, 13} {
+	legacy := record.Record{Key: []byte("k"), Value: []byte("v")}
+	for _, v := range []int16{0, 2, 3, 7, 9, 13} {
 		for _, recs := range [][]byte{
 			prodBatch(f, -1, 0, 0, 2, record.None),
 			prodBatch(f, 3, 0, 0, 2, record.Snappy),
 			prodBatch(f, 3, 0, 1, 1, record.None),
+			record.AppendMessage(nil, 0, 0, &legacy, false),
+			record.AppendMessage(nil, 1, 0, &legacy, false),
 			{0, 0, 0, 0},
 		} {
 			req := prodRequest(v, -1, "fuzz", 0, recs)
@@ -717,7 +720,7 @@ func FuzzProduceRequest(f *testing.F) {
 			if req.IsFlexible() {
 				body = append([]byte{0}, body...)
 			}
-			f.Add(append([]byte{byte(v - 3)}, body...))
+			f.Add(append([]byte{byte(v)}, body...))
 		}
 	}
 	s, err := NewServer(b, Options{})
@@ -729,7 +732,7 @@ func FuzzProduceRequest(f *testing.F) {
 		if len(data) == 0 {
 			return
 		}
-		version := 3 + int16(data[0])%11
+		version := int16(data[0]) % 14 // v0-v13
 		frame := binary.BigEndian.AppendUint16(nil, uint16(kmsg.Produce))
 		frame = binary.BigEndian.AppendUint16(frame, uint16(version))
 		frame = binary.BigEndian.AppendUint32(frame, 1)
