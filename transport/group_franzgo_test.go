@@ -12,23 +12,11 @@ import (
 	"github.com/spoolmq/spool/group"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // These tests run franz-go's consumer group against the server: kgo joins,
 // balances, syncs, heartbeats, commits and leaves through the handlers in
 // this package, and the group coordinator's view is checked directly.
-
-// groupRequireConsumerAPIs skips a test when the APIs a consumer needs besides
-// the group ones are not served (yet).
-func groupRequireConsumerAPIs(t *testing.T) {
-	t.Helper()
-	for _, k := range []kmsg.Key{kmsg.Metadata, kmsg.ListOffsets, kmsg.Fetch} {
-		if _, ok := handlers[k.Int16()]; !ok {
-			t.Skipf("%s is not served", kmsg.NameForKey(k.Int16()))
-		}
-	}
-}
 
 // groupConsumer is a kgo group member polling in the background.
 type groupConsumer struct {
@@ -174,7 +162,6 @@ func groupCommitAll(t *testing.T, cs ...*groupConsumer) {
 // leaves and the other takes its partitions over from the committed
 // offsets. With the default cooperative-sticky balancer and with range.
 func TestGroupConsumeWithFranzGo(t *testing.T) {
-	groupRequireConsumerAPIs(t)
 	for name, balancer := range map[string][]kgo.Opt{
 		"cooperative-sticky": nil,
 		"range":              {kgo.Balancers(kgo.RangeBalancer())},
@@ -247,7 +234,6 @@ func TestGroupConsumeWithFranzGo(t *testing.T) {
 // A static member (group.instance.id) that restarts within its session
 // timeout gets its partitions back without a rebalance.
 func TestGroupStaticRestartWithFranzGo(t *testing.T) {
-	groupRequireConsumerAPIs(t)
 	const topic, partitions = "events", 4
 	b, _, addr := testServer(t, groupTestOptions, Options{})
 	groupCreateTopic(t, b, topic, partitions)
