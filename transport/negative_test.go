@@ -798,3 +798,34 @@ func TestNegativeShutdownInFlight(t *testing.T) {
 	require.NoError(t, s2.Shutdown(ctx))
 	require.ErrorIs(t, <-served2, ErrServerClosed)
 }
+
+// On one broker every partition is led by it, except while it goes away:
+// a produce to a partition of a closed broker is NOT_LEADER_OR_FOLLOWER
+// (retriable: the client looks for the leader again), a fetch gets a
+// partition error too, and the server still answers on the connection.
+func TestNegativeProduceToPartitionNotLed(t *testing.T) {
+	b, err := spool.Open(t.TempDir(), spool.Options{})
+	require.NoError(t, err)
+	s, err := NewServer(b, Options{})
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	defer func() {
+		require.NoError(t, s.Shutdown(context.Background()))
+		require.ErrorIs(t, <-done, ErrServerClosed)
+	}()
+	prodCreateTopic(t, b, "t", 1)
+	c := prodDial(t, l.Addr().String())
+	out := prodOne(t, c, 9, "t", 0, prodBatch(t, -1, 0, 0, 1, record.None))
+	require.Equal(t, errNone, out.ErrorCode)
+
+	require.NoError(t, b.Close())
+	out = prodOne(t, c, 9, "t", 0, prodBatch(t, -1, 0, 0, 1, record.None))
+	require.Equal(t, errNotLeaderOrFollower, out.ErrorCode)
+	require.Equal(t, int64(-1), out.BaseOffset)
+	f := prodCall[*kmsg.FetchResponse](t, c, 2, negFetch(11, 0, "t", 0, 0))
+	require.NotEqual(t, errNone, f.Topics[0].Partitions[0].ErrorCode)
+	negAlive(t, l.Addr().String())
+}
