@@ -10,7 +10,7 @@ import (
 	"github.com/spoolmq/spool/segment"
 )
 
-// errTruncatedWhileWaiting is returned to an append whose data a Truncate
+// errTruncatedWhileWaiting is returned to an append whose data a Truncate or Reset
 // removed before it became durable.
 var errTruncatedWhileWaiting = errors.New("log: appended data was truncated before it was flushed")
 
@@ -352,7 +352,10 @@ func (l *Log) syncTo(target, truncs int64) error {
 		if err := l.failed(); err != nil {
 			return err
 		}
-		if l.truncs.Load() != truncs && target > l.next.Load() {
+		// A truncation cut what it waits for (past the new end), or a
+		// Reset emptied the log under it (below the new start): those
+		// records are gone, not durable.
+		if l.truncs.Load() != truncs && (target > l.next.Load() || target <= l.start.Load()) {
 			return errTruncatedWhileWaiting
 		}
 		if l.durable >= target {

@@ -5,8 +5,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/vfs"
 	"github.com/spoolmq/spool/record"
@@ -206,4 +208,83 @@ func TestRetentionLimit(t *testing.T) {
 	require.Equal(t, end/2, l.StartOffset())
 	recs := readAll(t, l, end/2)
 	require.Len(t, recs, int(end-end/2))
+}
+
+// Segments whose records carry no timestamp (message format v0 producers
+// send none) expire by their file's modification time, as in Kafka;
+// without it they were kept forever.
+func TestRetentionWithoutTimestamps(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	opts := tiny()
+	opts.RetentionTime = time.Hour
+	opts.now = func() time.Time { return now }
+	l, err := Open(dir, opts)
+	require.NoError(t, err)
+	defer l.Close()
+	for i := 0; i < 200; i++ {
+		b, err := record.NewBatch([]record.Record{{Value: make([]byte, 100)}}, record.BatchOptions{})
+		require.NoError(t, err)
+		require.Equal(t, record.NoTimestamp, b.MaxTimestamp())
+		_, err = l.AppendBatch(b)
+		require.NoError(t, err)
+	}
+	segs := l.NumSegments()
+	require.Greater(t, segs, 3)
+	n, err := l.ApplyRetention()
+	require.NoError(t, err)
+	require.Zero(t, n, "files written just now are not an hour old")
+
+	old := now.Add(-2 * time.Hour)
+	names := segmentFiles(t, dir)
+	for _, name := range names[:2] {
+		require.NoError(t, os.Chtimes(filepath.Join(dir, name), old, old))
+	}
+	n, err = l.ApplyRetention()
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the two segments last written two hours ago")
+	require.Equal(t, segs-2, l.NumSegments())
+}
+
+// An append waiting for its fsync while Reset empties the log is told its
+// records are gone, not that they are durable (found in review: Reset's
+// new durable offset covered it).
+func TestResetFailsWaitingAppends(t *testing.T) {
+	var armed atomic.Bool
+	blocked := make(chan struct{})
+	release := make(chan struct{})
+	opts := tiny()
+	opts.Flush = Sync
+	opts.fs = vfs.NewFaultFS(vfs.Default, func(op vfs.Op, p string, n int) (int, error) {
+		if op == vfs.OpSync && strings.HasSuffix(p, segment.LogSuffix) && armed.CompareAndSwap(true, false) {
+			close(blocked)
+			<-release
+		}
+		return 0, nil
+	})
+	l, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer l.Close()
+	_, err = l.Append(record.Record{Value: []byte("durable")})
+	require.NoError(t, err)
+
+	armed.Store(true)
+	aErr := make(chan error, 1)
+	go func() { _, err := l.Append(record.Record{Value: []byte("A")}); aErr <- err }()
+	<-blocked // A runs the fsync and is held there
+	bErr := make(chan error, 1)
+	go func() { _, err := l.Append(record.Record{Value: []byte("B")}); bErr <- err }()
+	for l.EndOffset() < 3 {
+		time.Sleep(time.Millisecond) // B written, waiting for the next fsync
+	}
+	require.NoError(t, l.Reset(1000))
+	select {
+	case err := <-bErr:
+		require.ErrorIs(t, err, errTruncatedWhileWaiting)
+	case <-time.After(10 * time.Second):
+		t.Fatal("B still waiting after Reset")
+	}
+	close(release)
+	<-aErr // its fsync covered it, or it too learns of the Reset
+	require.Equal(t, int64(1000), l.EndOffset())
 }

@@ -35,7 +35,8 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 }
 
 // ApplyRetention deletes sealed segments by age (RetentionTime: the newest
-// record is older) and by size (RetentionBytes: the log is larger), oldest
+// record is older, or the file's modification time where no record has a
+// timestamp) and by size (RetentionBytes: the log is larger), oldest
 // first, never the active segment, and advances the log start offset past
 // them - when the cleanup policy includes delete. It runs in the background every RetentionCheckInterval; it returns
 // the number of segments deleted.
@@ -63,6 +64,14 @@ func (l *Log) ApplyRetention() (int, error) {
 			maxTS, err := s.MaxTimestamp()
 			if err != nil {
 				return 0, err
+			}
+			if maxTS < 0 && s.Size() > 0 {
+				// No record carries a timestamp (message format v0
+				// producers send none): the file's modification
+				// time stands in, as in Kafka.
+				if st, err := l.fs.Stat(s.Path()); err == nil {
+					maxTS = st.ModTime().UnixMilli()
+				}
 			}
 			// An empty segment (compaction can leave one) is expired.
 			byTime = s.Size() == 0 || maxTS >= 0 && now-maxTS > l.opts.RetentionTime.Milliseconds()
