@@ -82,8 +82,11 @@ func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
 		return nil, err
 	}
 	// Snapshots past the log end describe records a crash took away: drop
-	// them now, before appends grow the log past them again.
-	if err := p.ResetProducers(); err != nil {
+	// them now, before appends grow the log past them again. Snapshots
+	// below the log start describe records that are gone too (a crash
+	// inside StartAt can leave them; Kafka drops them on load as well).
+	start, end := l.StartOffset(), l.EndOffset()
+	if err := p.dropProducers(func(off int64) bool { return off > end || off < start }); err != nil {
 		l.Close()
 		return nil, err
 	}

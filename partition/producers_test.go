@@ -467,3 +467,34 @@ func FuzzProducerSnapshot(f *testing.F) {
 		}
 	})
 }
+
+// Snapshots below the log start describe records that are gone (a crash
+// inside StartAt can leave them): Open deletes them, so a retry can never
+// be answered with offsets below the log start.
+func TestProducerSnapshotsBelowStartDropped(t *testing.T) {
+	dir := t.TempDir()
+	p := openTestPartition(t, dir, log.Options{Flush: log.None, SegmentBytes: 1024})
+	for i := range int32(40) {
+		_, _, err := p.AppendProduced(producerBatchOf(t, 1, 0, i, 1))
+		require.NoError(t, err)
+	}
+	require.NoError(t, p.Log().DeleteRecordsBefore(30))
+	require.NoError(t, p.Close())
+	fake := map[int64]*producerEntry{77: {epoch: 0, batches: []producerBatch{{0, 0, 5, 5}}}}
+	below := filepath.Join(dir, snapshotName(12))
+	require.NoError(t, os.WriteFile(below, encodeProducerSnapshot(fake), 0o644))
+
+	p = openTestPartition(t, dir, log.Options{Flush: log.None, SegmentBytes: 1024})
+	defer p.Close()
+	require.NoFileExists(t, below)
+	offsets, err := listSnapshots(dir)
+	require.NoError(t, err)
+	for _, off := range offsets {
+		require.GreaterOrEqual(t, off, p.StartOffset())
+	}
+	// Producer 1 goes on where it was.
+	base, dup, err := p.AppendProduced(producerBatchOf(t, 1, 0, 39, 1))
+	require.NoError(t, err)
+	require.True(t, dup, "a retry of the last batch")
+	require.Equal(t, int64(39), base)
+}

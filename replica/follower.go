@@ -125,6 +125,14 @@ func (r *ReplicaSet) follow(ctx context.Context, f *fetcher) {
 		}
 		backoff = 0
 		r.part.SetHighWatermark(min(resp.HighWatermark, r.part.EndOffset()))
+		// The leader's log start moved (DeleteRecords, retention): follow
+		// it as far as this replica's high watermark, so that deleted
+		// records do not come back after a failover.
+		if ls := min(resp.LogStartOffset, r.part.HighWatermark()); ls > r.part.StartOffset() {
+			if err := r.part.Log().DeleteRecordsBefore(ls); err != nil && !fail("log start", err) {
+				return
+			}
+		}
 	}
 }
 

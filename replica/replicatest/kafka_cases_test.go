@@ -428,3 +428,37 @@ func TestFollowerBehindLeaderLogStart(t *testing.T) {
 	_, err := c.Produce(ctx, "r", 0, recs("d", 10), all)
 	require.NoError(t, err)
 }
+
+// Records deleted before an offset on the leader (DeleteRecords) are
+// deleted on its followers too, so that they do not come back when a
+// follower becomes leader.
+func TestFollowersFollowLeaderLogStart(t *testing.T) {
+	c, ctx := newCluster(t, Options{MinInSyncReplicas: 2, SegmentBytes: 4 << 10})
+	require.NoError(t, c.CreateTopic(ctx, replica.TopicSpec{Name: "s", Partitions: 1, ReplicationFactor: 3}))
+	all := replica.AppendOptions{Acks: replica.AcksAll, Timeout: 5 * time.Second}
+	for i := range 40 {
+		_, err := c.Produce(ctx, "s", 0, recs(fmt.Sprint("a", i), 10), all)
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.WaitConverged(ctx, "s", 0))
+	st := leaderOf(t, c, "s")
+	lp, ok := c.Partition(st.Leader, "s", 0)
+	require.True(t, ok)
+	require.NoError(t, lp.Log().DeleteRecordsBefore(250))
+	_, err := c.Produce(ctx, "s", 0, recs("b", 10), all)
+	require.NoError(t, err)
+	for _, id := range st.Replicas {
+		p, ok := c.Partition(id, "s", 0)
+		require.True(t, ok)
+		for p.StartOffset() != 250 {
+			require.NoError(t, sleep(ctx, 2*time.Millisecond), "broker %d log start %d", id, p.StartOffset())
+		}
+	}
+	require.NoError(t, c.WaitConverged(ctx, "s", 0))
+	requireIdentical(t, c, "s", 0)
+	require.NoError(t, c.Stop(st.Leader))
+	st2 := waitLeader(t, ctx, c, "s", func(s replica.PartitionState) bool { return s.Leader > 0 && s.Leader != st.Leader })
+	np, ok := c.Partition(st2.Leader, "s", 0)
+	require.True(t, ok)
+	require.Equal(t, int64(250), np.StartOffset(), "the deleted records stay deleted after the failover")
+}
