@@ -85,52 +85,64 @@ func appendLegacyBytes(dst, b []byte) []byte {
 // the zero time (none) in v0 or for -1. Keys and values alias buf or the
 // decompressed bytes.
 //
+// The codec returned is the first compressed wrapper's, or None: what a
+// broker converting the set keeps (Kafka's compression.type=producer).
+//
 // Anything that is not a whole, valid message set is an error wrapping
 // ErrCorrupt - a wrong CRC or size, a partial message at the end, a magic
 // other than 0 or 1, a compressed inner message, a wrapper that holds no
 // messages, an empty set - or ErrUnsupportedCodec; nothing is returned
-// then.
-func ParseMessageSet(buf []byte, maxDecompressed int) ([]Record, error) {
+// then. An LZ4 wrapper in magic 0 may carry the frame checksum early
+// clients got wrong (KAFKA-3160), which Kafka accepted; so does this.
+func ParseMessageSet(buf []byte, maxDecompressed int) ([]Record, Codec, error) {
 	if maxDecompressed <= 0 {
 		maxDecompressed = DefaultMaxUncompressedBytes
 	}
 	budget := maxDecompressed
 	var out []Record
+	codec := None
 	for pos := 0; pos < len(buf); {
 		offset, msg, n, err := nextMessage(buf[pos:])
 		if err != nil {
-			return nil, fmt.Errorf("message set at byte %d: %w", pos, err)
+			return nil, None, fmt.Errorf("message set at byte %d: %w", pos, err)
 		}
 		pos += n
 		m, err := parseMessage(msg)
 		if err != nil {
-			return nil, fmt.Errorf("message at offset %d: %w", offset, err)
+			return nil, None, fmt.Errorf("message at offset %d: %w", offset, err)
 		}
 		if m.codec == None {
 			out = append(out, Record{Offset: offset, Timestamp: TimeOf(m.timestamp), Key: m.key, Value: m.value})
 			continue
 		}
-		if m.value == nil {
-			return nil, fmt.Errorf("%w: compressed message at offset %d has a null value", ErrCorrupt, offset)
+		if codec == None {
+			codec = m.codec
 		}
-		inner, err := decompress(m.codec, nil, m.value, budget)
+		if m.value == nil {
+			return nil, None, fmt.Errorf("%w: compressed message at offset %d has a null value", ErrCorrupt, offset)
+		}
+		value := m.value
+		if m.magic == 0 && m.codec == LZ4 {
+			value = fixLZ4HeaderChecksum(value)
+		}
+		inner, err := decompress(m.codec, nil, value, budget)
 		if err != nil {
-			return nil, fmt.Errorf("message at offset %d: %w", offset, err)
+			return nil, None, fmt.Errorf("message at offset %d: %w", offset, err)
 		}
 		budget -= len(inner)
 		first := len(out)
 		for ipos := 0; ipos < len(inner); {
 			ioff, imsg, n, err := nextMessage(inner[ipos:])
 			if err != nil {
-				return nil, fmt.Errorf("inside the message at offset %d, at byte %d: %w", offset, ipos, err)
+				return nil, None, fmt.Errorf("inside the message at offset %d, at byte %d: %w", offset, ipos, err)
 			}
 			ipos += n
 			im, err := parseMessage(imsg)
 			if err != nil {
-				return nil, fmt.Errorf("inside the message at offset %d: %w", offset, err)
+				return nil, None, fmt.Errorf("inside the message at offset %d: %w", offset, err)
 			}
 			if im.codec != None {
-				return nil, fmt.Errorf("%w: compressed message inside the compressed message at offset %d", ErrCorrupt, offset)
+				return nil, None, fmt.Errorf("%w: compressed message inside the compressed message at offset %d", ErrCorrupt, offset)
 			}
 			ts := im.timestamp
 			if m.magic >= 1 && m.logAppendTime {
@@ -139,7 +151,7 @@ func ParseMessageSet(buf []byte, maxDecompressed int) ([]Record, error) {
 			out = append(out, Record{Offset: ioff, Timestamp: TimeOf(ts), Key: im.key, Value: im.value})
 		}
 		if len(out) == first {
-			return nil, fmt.Errorf("%w: compressed message at offset %d holds no messages", ErrCorrupt, offset)
+			return nil, None, fmt.Errorf("%w: compressed message at offset %d holds no messages", ErrCorrupt, offset)
 		}
 		if m.magic >= 1 {
 			// Inner offsets are relative; the wrapper has the last one's.
@@ -150,9 +162,9 @@ func ParseMessageSet(buf []byte, maxDecompressed int) ([]Record, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: empty message set", ErrCorrupt)
+		return nil, None, fmt.Errorf("%w: empty message set", ErrCorrupt)
 	}
-	return out, nil
+	return out, codec, nil
 }
 
 // nextMessage splits the first message set entry off b.
@@ -233,4 +245,64 @@ func legacyBytes(b []byte, what string) ([]byte, []byte, error) {
 		return nil, nil, fmt.Errorf("%w: message %s length %d with %d bytes left", ErrCorrupt, what, l, len(b))
 	}
 	return b[:l:l], b[l:], nil
+}
+
+// fixLZ4HeaderChecksum returns an LZ4 frame with its frame descriptor
+// checksum (HC) recomputed. Kafka's clients of the magic 0 era computed it
+// over the frame's magic number as well (KAFKA-1493, KAFKA-3160), and
+// Kafka's brokers ignore it in magic 0 messages; the LZ4 reader checks it.
+// A frame whose HC is right, or that is not an LZ4 frame, comes back as
+// it is.
+func fixLZ4HeaderChecksum(frame []byte) []byte {
+	const lz4Magic = 0x184D2204
+	if len(frame) < 7 || binary.LittleEndian.Uint32(frame) != lz4Magic {
+		return frame
+	}
+	flg := frame[4]
+	n := 2 // FLG and BD
+	if flg&0x08 != 0 {
+		n += 8 // content size
+	}
+	if flg&0x01 != 0 {
+		n += 4 // dictionary id
+	}
+	if len(frame) < 4+n+1 {
+		return frame
+	}
+	hc := byte(xxh32(frame[4:4+n]) >> 8)
+	if frame[4+n] == hc {
+		return frame
+	}
+	out := append([]byte(nil), frame...)
+	out[4+n] = hc
+	return out
+}
+
+// xxh32 is XXH32 with seed 0 of fewer than 16 bytes - an LZ4 frame
+// descriptor is at most 14 - so the 16-byte stripe loop is left out.
+func xxh32(b []byte) uint32 {
+	const (
+		p1 uint32 = 2654435761
+		p2 uint32 = 2246822519
+		p3 uint32 = 3266489917
+		p4 uint32 = 668265263
+		p5 uint32 = 374761393
+	)
+	if len(b) >= 16 {
+		panic("record: xxh32 of 16 bytes or more")
+	}
+	rotl := func(x uint32, r uint) uint32 { return x<<r | x>>(32-r) }
+	h := p5 + uint32(len(b))
+	for ; len(b) >= 4; b = b[4:] {
+		h = rotl(h+binary.LittleEndian.Uint32(b)*p3, 17) * p4
+	}
+	for _, c := range b {
+		h = rotl(h+uint32(c)*p5, 11) * p1
+	}
+	h ^= h >> 15
+	h *= p2
+	h ^= h >> 13
+	h *= p3
+	h ^= h >> 16
+	return h
 }

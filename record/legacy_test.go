@@ -72,8 +72,9 @@ func TestAppendMessageMatchesKmsg(t *testing.T) {
 
 func TestParseMessageSetRoundTrip(t *testing.T) {
 	for _, magic := range []int8{0, 1} {
-		got, err := ParseMessageSet(legacySet(magic, 7, legacyRecords), 0)
+		got, codec, err := ParseMessageSet(legacySet(magic, 7, legacyRecords), 0)
 		require.NoError(t, err)
+		require.Equal(t, None, codec)
 		require.Len(t, got, len(legacyRecords))
 		for i, r := range got {
 			want := legacyRecords[i]
@@ -106,8 +107,9 @@ func TestParseMessageSetCompressed(t *testing.T) {
 					set = wrapper(t, 1, codec, 50, legacySet(1, 0, legacyRecords), 999, false)
 				}
 				set = append(set, AppendMessage(nil, magic, 51, &legacyRecords[0], false)...)
-				got, err := ParseMessageSet(set, 0)
+				got, gotCodec, err := ParseMessageSet(set, 0)
 				require.NoError(t, err)
+				require.Equal(t, codec, gotCodec, "the wrapper's codec")
 				require.Len(t, got, len(legacyRecords)+1)
 				for i, r := range got[:len(legacyRecords)] {
 					if magic == 0 {
@@ -123,7 +125,7 @@ func TestParseMessageSetCompressed(t *testing.T) {
 		}
 	}
 	set := wrapper(t, 1, Gzip, 9, legacySet(1, 0, legacyRecords), 4242, true)
-	got, err := ParseMessageSet(set, 0)
+	got, _, err := ParseMessageSet(set, 0)
 	require.NoError(t, err)
 	for _, r := range got {
 		require.Equal(t, int64(4242), r.Timestamp.UnixMilli(), "LogAppendTime: the wrapper's")
@@ -165,7 +167,7 @@ func TestParseMessageSetRejects(t *testing.T) {
 		"zstd":               {zstdMsg, 0},
 		"over the limit":     {big, 1000},
 	} {
-		_, err := ParseMessageSet(c.set, c.max)
+		_, _, err := ParseMessageSet(c.set, c.max)
 		require.Error(t, err, name)
 		switch name {
 		case "zstd":
@@ -188,7 +190,7 @@ func FuzzMessageSet(f *testing.F) {
 		f.Add(kmsgMessage(1, kmsg.MessageV1{Offset: 3, Attributes: int8(c), Value: v}))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		recs, err := ParseMessageSet(data, 1<<20)
+		recs, _, err := ParseMessageSet(data, 1<<20)
 		if err != nil {
 			require.Nil(t, recs)
 			return
@@ -197,7 +199,7 @@ func FuzzMessageSet(f *testing.F) {
 		for i := range recs {
 			again = AppendMessage(again, 1, recs[i].Offset, &recs[i], false)
 		}
-		back, err := ParseMessageSet(again, 1<<20)
+		back, _, err := ParseMessageSet(again, 1<<20)
 		require.NoError(t, err)
 		require.Len(t, back, len(recs))
 		for i := range recs {
@@ -207,4 +209,46 @@ func FuzzMessageSet(f *testing.F) {
 			require.Equal(t, recs[i].Timestamp.UnixMilli(), back[i].Timestamp.UnixMilli())
 		}
 	})
+}
+
+// XXH32 against reference values (seed 0) and against the descriptor
+// checksum the LZ4 writer puts in a real frame.
+func TestXXH32(t *testing.T) {
+	require.Equal(t, uint32(0x02CC5D05), xxh32(nil))
+	require.Equal(t, uint32(0x550D7456), xxh32([]byte("a")))
+	require.Equal(t, uint32(0x32D153FF), xxh32([]byte("abc")))
+	frame, err := compress(LZ4, nil, []byte("some records"))
+	require.NoError(t, err)
+	n := 2
+	if frame[4]&0x08 != 0 {
+		n += 8
+	}
+	require.Equal(t, frame[4+n], byte(xxh32(frame[4:4+n])>>8))
+}
+
+// Magic 0 LZ4 wrappers from Kafka 0.8/0.9-era clients carry a frame
+// descriptor checksum computed over the magic number too (KAFKA-3160);
+// Kafka accepts them in magic 0 and refuses them in magic 1.
+func TestParseMessageSetOldLZ4Checksum(t *testing.T) {
+	for _, magic := range []int8{0, 1} {
+		inner := legacySet(magic, 0, legacyRecords)
+		frame, err := compress(LZ4, nil, inner)
+		require.NoError(t, err)
+		n := 2
+		if frame[4]&0x08 != 0 {
+			n += 8
+		}
+		broken := append([]byte(nil), frame...)
+		broken[4+n] = byte(xxh32(broken[:4+n]) >> 8) // over the magic too
+		require.NotEqual(t, frame[4+n], broken[4+n])
+		set := kmsgMessage(magic, kmsg.MessageV1{Offset: int64(len(legacyRecords) - 1), Attributes: int8(LZ4), Value: broken})
+		got, _, err := ParseMessageSet(set, 0)
+		if magic == 1 {
+			require.ErrorIs(t, err, ErrCorrupt, "magic 1 frames must be right")
+			continue
+		}
+		require.NoError(t, err)
+		require.Len(t, got, len(legacyRecords))
+		require.Equal(t, legacyRecords[3].Value, got[3].Value)
+	}
 }
