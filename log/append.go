@@ -140,7 +140,7 @@ func (l *Log) checkProducerBatch(b record.Batch) error {
 	}
 	it := l.iters.Get().(*record.Iterator)
 	defer l.iters.Put(it)
-	it.MaxUncompressedBytes = max(record.DefaultMaxUncompressedBytes, 4*l.opts.MaxMessageBytes)
+	it.MaxUncompressedBytes = l.MaxUncompressedBytes()
 	it.Reset(b) // verifies framing, CRC and header fields first
 	if err := it.Err(); err != nil {
 		return err
@@ -447,4 +447,11 @@ func (l *Log) Sync() error {
 		return err
 	}
 	return l.checkpoint()
+}
+
+// MaxUncompressedBytes is the largest decompressed size of a batch the log
+// accepts from producers: readers that decode its batches (an
+// Iterator's MaxUncompressedBytes) should allow as much.
+func (l *Log) MaxUncompressedBytes() int {
+	return max(record.DefaultMaxUncompressedBytes, 4*l.opts.MaxMessageBytes)
 }

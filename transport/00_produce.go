@@ -13,10 +13,10 @@ import (
 
 // Produce v0-v13.
 //
-//	v0   message format v0/v1 (MessageSets): converted to one uncompressed
-//	     RecordBatch v2 before anything else (upConvert), as Kafka's broker
-//	     did; keys, values and v1 CreateTimes kept, v0 records get no
-//	     timestamp (-1)
+//	v0   message format v0/v1 (MessageSets): converted to one RecordBatch v2
+//	     in the producer's codec before anything else (upConvert), as
+//	     Kafka's broker did; keys, values and v1 CreateTimes kept, v0
+//	     records get no timestamp (-1)
 //	v1   throttle time in the response
 //	v2   LogAppendTime in the response
 //	v3   RecordBatch (magic 2) only, exactly one batch per partition; transactional id
@@ -198,14 +198,16 @@ func setProduceError(version int16, out *kmsg.ProduceResponseTopicPartition, cod
 }
 
 // upConvert turns an old producer's message set (Produce v0-v2, message
-// format v0 or v1, compressed wrappers included) into one uncompressed
-// RecordBatch v2 without a producer id: what Kafka's LogValidator did when
-// its log held v2. The log then checks it as it checks any batch.
+// format v0 or v1, compressed wrappers included) into one RecordBatch v2
+// without a producer id, compressed with the producer's codec: what Kafka's
+// LogValidator did when its log held v2 (compression.type=producer), so
+// that max.message.bytes applies to about the size the producer sent. The
+// log then checks it as it checks any batch.
 func upConvert(set []byte) (record.Batch, int16, string) {
 	if len(set) == 0 {
 		return record.Batch{}, errCorruptMessage, "no records"
 	}
-	recs, err := record.ParseMessageSet(set, record.DefaultMaxUncompressedBytes)
+	recs, codec, err := record.ParseMessageSet(set, record.DefaultMaxUncompressedBytes)
 	switch {
 	case errors.Is(err, record.ErrUnsupportedCodec):
 		return record.Batch{}, errUnsupportedCompressionType, err.Error()
@@ -214,7 +216,7 @@ func upConvert(set []byte) (record.Batch, int16, string) {
 	case err != nil:
 		return record.Batch{}, errCorruptMessage, err.Error()
 	}
-	b, err := record.NewBatch(recs, record.BatchOptions{})
+	b, err := record.NewBatch(recs, record.BatchOptions{Compression: codec})
 	if err != nil {
 		return record.Batch{}, errInvalidRecord, err.Error()
 	}

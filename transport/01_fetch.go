@@ -140,7 +140,10 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 			}
 			rp.DivergingEpoch.Epoch, rp.DivergingEpoch.EndOffset = fp.divergingEpoch, fp.divergingEndOffset
 			if req.version < 4 && fp.span.Len() > 0 {
-				set, err := downConvert(&fp.span, legacyMagic(req.version), fp.req.FetchOffset, int64(fp.req.PartitionMaxBytes))
+				// No more than the batches read took (readParts kept those
+				// within the request's limits), at least one message.
+				limit := min(int64(fp.req.PartitionMaxBytes), fp.span.Len())
+				set, err := downConvert(&fp.span, legacyMagic(req.version), fp.req.FetchOffset, limit, fp.p.Log().MaxUncompressedBytes())
 				releaseSpan(&fp.span)
 				if err != nil {
 					rp.ErrorCode, rp.HighWatermark = fetchErrorCode(err), -1
@@ -269,14 +272,15 @@ func legacyMagic(version int16) int8 {
 // offset from on as an uncompressed message set of the given magic (0 or
 // 1): whole messages only, no more than maxBytes of them but always the
 // first. Control batches are left out; headers, which the old formats
-// cannot carry, are dropped.
-func downConvert(sp *log.Span, magic int8, from, maxBytes int64) ([]byte, error) {
+// cannot carry, are dropped. Batches decompress up to maxUncompressed (the
+// log's own limit).
+func downConvert(sp *log.Span, magic int8, from, maxBytes int64, maxUncompressed int) ([]byte, error) {
 	buf := make([]byte, sp.Len())
 	if _, err := sp.ReadAt(buf, 0); err != nil {
 		return nil, err
 	}
 	out := []byte{}
-	var it record.Iterator
+	it := record.Iterator{MaxUncompressedBytes: maxUncompressed}
 	for len(buf) > 0 {
 		b, n, err := record.ParseBatch(buf)
 		if err != nil {
