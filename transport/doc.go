@@ -1,7 +1,8 @@
 // Package transport serves a spool.Broker over the Kafka wire protocol, so
 // that Kafka clients and tools - franz-go, sarama, kafka-go, librdkafka and
-// kcat, kafkajs, the Java client - produce to it, consume from it, run
-// consumer groups and administer topics unchanged. It is the only package
+// kcat, kafkajs and kafka-python are tested (module interop); the Java
+// client is not, for want of it on the test machines - produce to it,
+// consume from it, run consumer groups and administer topics unchanged. It is the only package
 // that speaks the protocol: request and response bodies are franz-go's kmsg
 // types; this package frames them, negotiates versions and maps spool's
 // errors to Kafka's error codes.
