@@ -24,11 +24,7 @@ import (
 // a second process could not do: the data directory is locked.
 
 // groupsCommands are the subcommands of "spool groups".
-var groupsCommands = []struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
-}{
+var groupsCommands = []subcommand{
 	{"list", "list the consumer groups with their state", runGroupsList},
 	{"describe", "describe a group: members, assignments, committed offsets and lag", runGroupsDescribe},
 	{"delete", "delete a group without members and its committed offsets", runGroupsDelete},
@@ -38,45 +34,15 @@ var groupsCommands = []struct {
 // runGroups implements "spool groups": it dispatches to list, describe,
 // delete or reset-offsets.
 func runGroups(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	groupsUsage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: spool groups <list|describe|delete|reset-offsets> [flags]\n\n")
-		fmt.Fprintf(w, "Manages the consumer groups of a data directory and their committed offsets,\nlike kafka-consumer-groups.\n\n")
-		for _, c := range groupsCommands {
-			fmt.Fprintf(w, "\t%-13s %s\n", c.name, c.summary)
-		}
-		fmt.Fprintf(w, "\nUse \"spool help groups <command>\" for a command's flags.\n")
-	}
-	if len(args) == 0 {
-		fmt.Fprintf(stderr, "spool groups: no command given\n\n")
-		groupsUsage(stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "help", "-h", "-help", "--help":
-		groupsUsage(stdout)
-		return exitOK
-	}
-	for _, c := range groupsCommands {
-		if c.name == args[0] {
-			return c.run(ctx, args[1:], stdout, stderr)
-		}
-	}
-	fmt.Fprintf(stderr, "spool groups: unknown command %q\n\n", args[0])
-	groupsUsage(stderr)
-	return exitUsage
+	return runSubcommand(ctx, "groups", "[flags]",
+		"Manages the consumer groups of a data directory and their committed offsets,\nlike kafka-consumer-groups.",
+		groupsCommands, args, stdout, stderr)
 }
 
 // newGroupsFlagSet returns the flag set of "spool groups NAME", with the
 // broker flags defined.
 func newGroupsFlagSet(name, args, doc string, stderr io.Writer) (*flag.FlagSet, *brokerFlags) {
-	fs := flag.NewFlagSet("groups "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	bf := addBrokerFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: spool groups %s %s\n\n%s\n\nFlags:\n", name, args, doc)
-		printFlags(fs)
-	}
-	return fs, bf
+	return newSubcommandFlagSet("groups", name, args, doc, stderr)
 }
 
 // withBroker opens the broker, runs fn on it and closes it. An error from

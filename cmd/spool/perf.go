@@ -14,31 +14,15 @@ import (
 	"github.com/spoolmq/spool"
 )
 
+// perfCommands are the subcommands of "spool perf".
+var perfCommands = []subcommand{
+	{"produce", "produce records and report throughput and latency, like kafka-producer-perf-test", runPerfProduce},
+	{"consume", "consume records and report throughput, like kafka-consumer-perf-test", runPerfConsume},
+}
+
 // runPerf implements "spool perf": it dispatches to produce or consume.
 func runPerf(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	perfUsage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: spool perf <produce|consume> --topic T [flags]\n\n")
-		fmt.Fprintf(w, "\tproduce   produce records and report throughput and latency, like kafka-producer-perf-test\n")
-		fmt.Fprintf(w, "\tconsume   consume records and report throughput, like kafka-consumer-perf-test\n")
-		fmt.Fprintf(w, "\nUse \"spool help perf <command>\" for a command's flags.\n")
-	}
-	if len(args) == 0 {
-		fmt.Fprintf(stderr, "spool perf: no command given\n\n")
-		perfUsage(stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "help", "-h", "-help", "--help":
-		perfUsage(stdout)
-		return exitOK
-	case "produce":
-		return runPerfProduce(ctx, args[1:], stdout, stderr)
-	case "consume":
-		return runPerfConsume(ctx, args[1:], stdout, stderr)
-	}
-	fmt.Fprintf(stderr, "spool perf: unknown command %q\n\n", args[0])
-	perfUsage(stderr)
-	return exitUsage
+	return runSubcommand(ctx, "perf", "--topic T [flags]", "", perfCommands, args, stdout, stderr)
 }
 
 // mb is Kafka's perf tools' megabyte.

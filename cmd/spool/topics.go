@@ -15,11 +15,7 @@ import (
 )
 
 // topicsCommands are the subcommands of "spool topics".
-var topicsCommands = []struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
-}{
+var topicsCommands = []subcommand{
 	{"create", "create a topic", runTopicsCreate},
 	{"list", "list the topics' names", runTopicsList},
 	{"describe", "describe a topic or every topic: settings and partitions", runTopicsDescribe},
@@ -29,45 +25,13 @@ var topicsCommands = []struct {
 // runTopics implements "spool topics": it dispatches to create, list,
 // describe or delete.
 func runTopics(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
-	topicsUsage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: spool topics <create|list|describe|delete> [flags]\n\n")
-		fmt.Fprintf(w, "Manages the topics of a data directory, like kafka-topics.\n\n")
-		for _, c := range topicsCommands {
-			fmt.Fprintf(w, "\t%-9s %s\n", c.name, c.summary)
-		}
-		fmt.Fprintf(w, "\nUse \"spool help topics <command>\" for a command's flags.\n")
-	}
-	if len(args) == 0 {
-		fmt.Fprintf(stderr, "spool topics: no command given\n\n")
-		topicsUsage(stderr)
-		return exitUsage
-	}
-	switch args[0] {
-	case "help", "-h", "-help", "--help":
-		topicsUsage(stdout)
-		return exitOK
-	}
-	for _, c := range topicsCommands {
-		if c.name == args[0] {
-			return c.run(ctx, args[1:], stdout, stderr)
-		}
-	}
-	fmt.Fprintf(stderr, "spool topics: unknown command %q\n\n", args[0])
-	topicsUsage(stderr)
-	return exitUsage
+	return runSubcommand(ctx, "topics", "[flags]", "Manages the topics of a data directory, like kafka-topics.", topicsCommands, args, stdout, stderr)
 }
 
 // newTopicsFlagSet returns the flag set of "spool topics NAME", with the
 // broker flags defined.
 func newTopicsFlagSet(name, args, doc string, stderr io.Writer) (*flag.FlagSet, *brokerFlags) {
-	fs := flag.NewFlagSet("topics "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	bf := addBrokerFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: spool topics %s %s\n\n%s\n\nFlags:\n", name, args, doc)
-		printFlags(fs)
-	}
-	return fs, bf
+	return newSubcommandFlagSet("topics", name, args, doc, stderr)
 }
 
 func runTopicsCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
