@@ -320,7 +320,7 @@ func (r *ReplicaSet) handleFetch(ctx context.Context, req *FetchRequest) (*Fetch
 			return resp, nil
 		}
 	}
-	if req.FetchOffset < resp.LogStartOffset || req.FetchOffset > leaderEnd {
+	if req.FetchOffset > leaderEnd {
 		r.mu.Unlock()
 		return nil, &OffsetOutOfRangeError{Offset: req.FetchOffset, LogStartOffset: resp.LogStartOffset, LogEndOffset: leaderEnd}
 	}

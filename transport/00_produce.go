@@ -204,9 +204,6 @@ func setProduceError(version int16, out *kmsg.ProduceResponseTopicPartition, cod
 // that max.message.bytes applies to about the size the producer sent. The
 // log then checks it as it checks any batch.
 func upConvert(set []byte) (record.Batch, int16, string) {
-	if len(set) == 0 {
-		return record.Batch{}, errCorruptMessage, "no records"
-	}
 	recs, codec, err := record.ParseMessageSet(set, record.DefaultMaxUncompressedBytes)
 	switch {
 	case errors.Is(err, record.ErrUnsupportedCodec):

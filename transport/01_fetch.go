@@ -253,13 +253,6 @@ func waitAny(chans []<-chan struct{}, timeout, tick <-chan time.Time) {
 	reflect.Select(cases)
 }
 
-// readParts locates each partition's batches, as Kafka's readFromLog:
-// at most PartitionMaxBytes from a partition and MaxBytes in all, except
-// that the first batch of the first partition with data is whole whatever
-// the limits (KIP-74), so a consumer always makes progress; a later
-// partition whose first batch does not fit gets nothing. It returns the
-// bytes found and whether the fetch must be answered now (an error or a
-// diverging epoch).
 // legacyMagic is the message format of a Fetch version below 4.
 func legacyMagic(version int16) int8 {
 	if version >= 2 {
@@ -308,6 +301,13 @@ func downConvert(sp *log.Span, magic int8, from, maxBytes int64, maxUncompressed
 	return out, nil
 }
 
+// readParts locates each partition's batches, as Kafka's readFromLog:
+// at most PartitionMaxBytes from a partition and MaxBytes in all, except
+// that the first batch of the first partition with data is whole whatever
+// the limits (KIP-74), so a consumer always makes progress; a later
+// partition whose first batch does not fit gets nothing. It returns the
+// bytes found and whether the fetch must be answered now (an error or a
+// diverging epoch).
 func readParts(body *kmsg.FetchRequest, version int16, parts []fetchPart) (int64, bool) {
 	limit := min(int64(max(body.MaxBytes, 0)), fetchMaxBytes)
 	minOne := true
