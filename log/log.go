@@ -223,11 +223,7 @@ func (l *Log) load() (RecoveryInfo, error) {
 
 	// Segments wholly below the start offset are what a crash left of a
 	// DeleteRecordsBefore or Reset: nothing in them is readable.
-	n := 0
-	for n < len(segs)-1 && segs[n+1].Base() <= start {
-		n++
-	}
-	if n > 0 {
+	if n := whollyBelow(segs, start); n > 0 {
 		l.logger.Info("deleting segments below the log start offset", "segments", n, "start_offset", start)
 		if err := l.deleteFirst(n); err != nil {
 			return info, err

@@ -26,12 +26,17 @@ func (l *Log) DeleteRecordsBefore(offset int64) error {
 		return err
 	}
 	l.start.Store(offset)
-	segs := l.segments()
+	return l.deleteFirst(whollyBelow(l.segments(), offset))
+}
+
+// whollyBelow counts the leading segments that hold nothing at or above
+// offset (the next one begins at or below it); the last is never counted.
+func whollyBelow(segs []*segment.Segment, offset int64) int {
 	n := 0
 	for n < len(segs)-1 && segs[n+1].Base() <= offset {
 		n++
 	}
-	return l.deleteFirst(n)
+	return n
 }
 
 // ApplyRetention deletes sealed segments by age (RetentionTime: the newest
