@@ -291,47 +291,23 @@ func (c *LocalController) electLeaderlessLocked() {
 	}
 }
 
-// reconcileLocked brings one partition in line with broker liveness: fenced
-// brokers leave the ISR (unless that would empty it: the last members keep
-// their place, as only they are known to hold every committed record), and
-// a partition whose leader is gone gets a new one - from the ISR, or with
-// unclean election the most up-to-date live replica - or none.
+// reconcileLocked brings one partition in line with broker liveness
+// (Reconcile) and commits the result.
 func (c *LocalController) reconcileLocked(t *topicState, i int) {
-	st := t.parts[i].Clone()
-	isr := slices.DeleteFunc(slices.Clone(st.ISR), func(id int32) bool { return !c.alive(id) })
-	if len(isr) == 0 {
-		isr = slices.Clone(st.ISR)
-	}
-	if st.Leader >= 0 && c.alive(st.Leader) && slices.Contains(isr, st.Leader) {
-		if sameSet(isr, st.ISR) {
-			return
-		}
-		st.ISR = isr
-		st.PartitionEpoch++
-		c.commitLocked(t, i, st)
+	st := t.parts[i]
+	res := Reconcile(st, c.alive, t.spec.UncleanLeaderElection, c.logEnd(st))
+	if !res.Changed {
 		return
 	}
-	leader, clean := ElectLeader(st.Replicas, isr, c.alive, t.spec.UncleanLeaderElection, c.logEnd(st))
 	switch {
-	case leader >= 0 && clean:
-		st.ISR = slices.DeleteFunc(isr, func(id int32) bool { return !c.alive(id) })
-	case leader >= 0:
+	case res.Unclean:
 		c.unclean++
 		c.log.Warn("unclean leader election: records the old ISR committed may be lost",
-			"topic", st.Topic, "partition", st.Partition, "leader", leader, "old_isr", st.ISR)
-		st.ISR = []int32{leader}
-	case st.Leader < 0 && sameSet(isr, st.ISR):
-		return // still no one to lead
-	default:
-		c.log.Warn("partition offline: no in-sync replica is alive", "topic", st.Topic, "partition", st.Partition, "isr", isr)
-		st.ISR = isr
+			"topic", st.Topic, "partition", st.Partition, "leader", res.State.Leader, "old_isr", st.ISR)
+	case res.Offline:
+		c.log.Warn("partition offline: no in-sync replica is alive", "topic", st.Topic, "partition", st.Partition, "isr", res.State.ISR)
 	}
-	if leader != st.Leader {
-		st.LeaderEpoch++
-	}
-	st.Leader = leader
-	st.PartitionEpoch++
-	c.commitLocked(t, i, st)
+	c.commitLocked(t, i, res.State)
 }
 
 func (c *LocalController) logEnd(st PartitionState) LogEnds {
@@ -366,31 +342,13 @@ func (c *LocalController) AlterPartition(ctx context.Context, req AlterPartition
 	if err != nil {
 		return PartitionState{}, err
 	}
-	st := t.parts[i]
-	if req.Leader != st.Leader || req.LeaderEpoch != st.LeaderEpoch || req.PartitionEpoch != st.PartitionEpoch {
-		return st.Clone(), fmt.Errorf("%w: %s-%d request from leader %d epoch %d partition epoch %d, controller has %s",
-			ErrStaleState, req.Topic, req.Partition, req.Leader, req.LeaderEpoch, req.PartitionEpoch, st)
-	}
-	if !slices.Contains(req.ISR, st.Leader) {
-		return st.Clone(), fmt.Errorf("%w: ISR %v without its leader %d", ErrInvalidConfig, req.ISR, st.Leader)
-	}
-	seen := map[int32]bool{}
-	for _, id := range req.ISR {
-		if seen[id] || !st.HasReplica(id) {
-			return st.Clone(), fmt.Errorf("%w: ISR %v is not a set of replicas %v", ErrInvalidConfig, req.ISR, st.Replicas)
-		}
-		seen[id] = true
-		if st.InISR(id) {
-			continue
-		}
+	next, err := CheckAlterPartition(t.parts[i], req, func(id int32, seen int64) bool {
 		r := c.brokers[id]
-		if r == nil || r.fenced || r.epoch != req.BrokerEpochs[id] {
-			return st.Clone(), fmt.Errorf("%w: broker %d (epoch seen %d)", ErrIneligibleReplica, id, req.BrokerEpochs[id])
-		}
+		return r == nil || r.fenced || r.epoch != seen
+	})
+	if err != nil {
+		return next.Clone(), err
 	}
-	next := st.Clone()
-	next.ISR = slices.Clone(req.ISR)
-	next.PartitionEpoch++
 	c.commitLocked(t, i, next)
 	return next.Clone(), nil
 }
@@ -440,8 +398,7 @@ func (c *LocalController) CreateTopic(ctx context.Context, spec TopicSpec) ([]Pa
 	t := &topicState{spec: spec}
 	c.topics[spec.Name] = t
 	out := make([]PartitionState, len(assign))
-	for p, rs := range assign {
-		st := PartitionState{Topic: spec.Name, Partition: int32(p), Replicas: rs, Leader: rs[0], ISR: slices.Clone(rs)}
+	for p, st := range NewPartitionStates(spec.Name, 0, assign) {
 		t.parts = append(t.parts, PartitionState{})
 		c.commitLocked(t, p, st)
 		out[p] = st.Clone()
@@ -498,14 +455,10 @@ func (c *LocalController) ElectPreferredLeaders(ctx context.Context) (int, error
 	for _, name := range c.topicNames() {
 		t := c.topics[name]
 		for i := range t.parts {
-			st := t.parts[i].Clone()
-			pref := st.Replicas[0]
-			if st.Leader == pref || !c.alive(pref) || !st.InISR(pref) {
+			st, ok := ElectPreferred(t.parts[i], c.alive)
+			if !ok {
 				continue
 			}
-			st.Leader = pref
-			st.LeaderEpoch++
-			st.PartitionEpoch++
 			c.commitLocked(t, i, st)
 			moved++
 		}
