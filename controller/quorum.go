@@ -148,7 +148,9 @@ func (e *NotControllerError) Error() string {
 func MetadataDir(dataDir string) string { return filepath.Join(dataDir, "__cluster_metadata-0") }
 
 // SnapshotsDir holds the metadata snapshots, beside the log.
-func SnapshotsDir(dataDir string) string { return filepath.Join(dataDir, "__cluster_metadata-snapshots") }
+func SnapshotsDir(dataDir string) string {
+	return filepath.Join(dataDir, "__cluster_metadata-snapshots")
+}
 
 // Quorum is one node's part of the controller quorum: its Raft member,
 // its image of the committed metadata log, and - while its Raft member

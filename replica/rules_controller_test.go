@@ -8,7 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func eligibleSet(ids ...int32) Eligible { return func(id int32) bool { return slices.Contains(ids, id) } }
+func eligibleSet(ids ...int32) Eligible {
+	return func(id int32) bool { return slices.Contains(ids, id) }
+}
 
 func TestReconcile(t *testing.T) {
 	base := PartitionState{Topic: "t", Replicas: []int32{1, 2, 3}, Leader: 1, LeaderEpoch: 4, ISR: []int32{1, 2, 3}, PartitionEpoch: 9}
