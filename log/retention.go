@@ -170,6 +170,18 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 		keep++
 	}
 	// offset >= start >= the first segment's base, so keep >= 1.
+	//
+	// The checkpoint must never promise more than the files hold: a crash
+	// after the cut but before the new end is recorded would leave a
+	// recovery point past the end, which Open refuses as flushed data
+	// gone missing. So the recovery point comes down first, to the start of
+	// the segment being cut (a lower one only costs checking on recovery).
+	if l.rp.Offset > offset {
+		l.rp = RecoveryPoint{Offset: segs[keep-1].Base(), SegmentBase: segs[keep-1].Base()}
+		if err := l.writeStateLocked(l.start.Load()); err != nil {
+			return 0, err
+		}
+	}
 	if err := l.truncateInto(segs, keep, offset); err != nil {
 		return 0, l.fail(err)
 	}
@@ -191,7 +203,10 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 	return end, nil
 }
 
-// truncateInto keeps segs[:keep], cutting the last kept one at offset.
+// truncateInto keeps segs[:keep], cutting the last kept one at offset. The
+// segments after it go first, newest first, each removal made durable
+// before the next, and only then is the kept one cut: a crash at any point
+// leaves a prefix of the log, never later records after a hole.
 func (l *Log) truncateInto(segs []*segment.Segment, keep int, offset int64) error {
 	target := segs[keep-1]
 	if target.Sealed() {
@@ -207,24 +222,23 @@ func (l *Log) truncateInto(segs []*segment.Segment, keep int, offset int64) erro
 		target.Close(false)
 		target = s
 	}
+	l.publish(append(append([]*segment.Segment(nil), segs[:keep-1]...), target))
+	l.active = target
+	l.unsynced = dropDeleted(l.unsynced, append(segs[keep-1:keep:keep], segs[keep:]...))
+	for i := len(segs) - 1; i >= keep; i-- {
+		if err := segs[i].Delete(); err != nil {
+			return err
+		}
+		if err := l.fs.SyncDir(l.dir); err != nil {
+			return err
+		}
+	}
 	next, err := target.Truncate(offset)
 	if err != nil {
 		return err
 	}
-	newSegs := append(append([]*segment.Segment(nil), segs[:keep-1]...), target)
-	l.publish(newSegs)
-	l.active = target
 	l.next.Store(next)
-	l.unsynced = dropDeleted(l.unsynced, append(segs[keep-1:keep:keep], segs[keep:]...))
-	for _, s := range segs[keep:] {
-		if err := s.Delete(); err != nil {
-			return err
-		}
-	}
-	if err := target.Sync(); err != nil {
-		return err
-	}
-	return l.fs.SyncDir(l.dir)
+	return target.Sync()
 }
 
 // lockState takes the checkpoint lock and then the writer lock - the order
