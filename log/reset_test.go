@@ -2,6 +2,7 @@ package log
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -287,4 +288,103 @@ func TestResetFailsWaitingAppends(t *testing.T) {
 	close(release)
 	<-aErr // its fsync covered it, or it too learns of the Reset
 	require.Equal(t, int64(1000), l.EndOffset())
+}
+
+// An empty log (everything deleted: the start offset is the end) may start
+// again anywhere, below its old end too - what a Raft log needs after
+// installing a snapshot that ends below entries it held - and the new start
+// holds across a clean and an unclean reopen. A log that holds records still
+// refuses any offset not past its end (TestReset).
+func TestResetEmptyLogBelowItsEnd(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, tiny())
+	require.NoError(t, err)
+	end := appendN(t, l, 300, 7, rand.New(rand.NewPCG(10, 10)))
+	require.Greater(t, l.NumSegments(), 3)
+	require.ErrorIs(t, l.Reset(10), ErrOffsetOutOfRange, "records are still readable")
+	require.NoError(t, l.DeleteRecordsBefore(end))
+
+	require.ErrorIs(t, l.Reset(-1), ErrOffsetOutOfRange)
+	require.NoError(t, l.Reset(end), "already empty there")
+	require.Equal(t, end, l.StartOffset())
+	const at = 10
+	require.NoError(t, l.Reset(at))
+	require.Equal(t, int64(at), l.StartOffset())
+	require.Equal(t, int64(at), l.EndOffset())
+	require.Equal(t, int64(at), l.CommittedOffset())
+	require.Equal(t, []string{segment.FileName(at, segment.LogSuffix)}, segmentFiles(t, dir))
+	off, err := l.Append(record.Record{Value: []byte("after")})
+	require.NoError(t, err)
+	require.Equal(t, int64(at), off)
+	require.NoError(t, l.Close())
+
+	for _, clean := range []bool{true, false} {
+		l, err = Open(dir, tiny())
+		require.NoError(t, err)
+		require.Equal(t, int64(at), l.StartOffset())
+		require.Equal(t, int64(at+1), l.EndOffset())
+		recs := readAll(t, l, at)
+		require.Len(t, recs, 1)
+		require.Equal(t, "after", string(recs[0].Value))
+		if clean {
+			require.NoError(t, l.Close())
+		} else {
+			l.abandon()
+		}
+	}
+}
+
+// A Reset below the end that fails part way - either checkpoint, a delete,
+// a directory fsync, the new segment - fails the log, and a reopen finds it
+// empty, at its old end or at the new start, with no old record back.
+func TestResetBelowEndFaults(t *testing.T) {
+	isCheckpoint := func(p string) bool { return filepath.Base(p) == CheckpointFile+".tmp" }
+	const at = 10
+	cases := map[string]func(*vfs.Switch){
+		"first checkpoint":   func(sw *vfs.Switch) { sw.FailAfter(vfs.OpRename, isCheckpoint, 0, vfs.ErrIO, -1) },
+		"old segment delete": func(sw *vfs.Switch) { sw.FailAfter(vfs.OpRemove, isLog, 0, vfs.ErrIO, -1) },
+		"directory fsync":    func(sw *vfs.Switch) { sw.FailAfter(vfs.OpSyncDir, nil, 0, vfs.ErrIO, -1) },
+		"second checkpoint":  func(sw *vfs.Switch) { sw.FailAfter(vfs.OpRename, isCheckpoint, 1, vfs.ErrIO, -1) },
+		"segment create": func(sw *vfs.Switch) {
+			sw.FailAfter(vfs.OpOpen, func(p string) bool { return filepath.Base(p) == segment.FileName(at, segment.LogSuffix) }, 0, vfs.ErrNoSpace, -1)
+		},
+		"last directory sync": func(sw *vfs.Switch) { sw.FailAfter(vfs.OpSyncDir, nil, 1, vfs.ErrIO, -1) },
+	}
+	outcomes := map[string]bool{}
+	for name, arm := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			var sw vfs.Switch
+			l := faultLog(t, dir, &sw, Sync)
+			end := appendN(t, l, 300, 5, rand.New(rand.NewPCG(11, 11)))
+			require.Greater(t, l.NumSegments(), 3)
+			require.NoError(t, l.DeleteRecordsBefore(end))
+			arm(&sw)
+			err := l.Reset(at)
+			require.ErrorIs(t, err, ErrFailed)
+			sw.Reset()
+			l.abandon()
+
+			l, err = Open(dir, tiny())
+			require.NoError(t, err)
+			defer l.Close()
+			start := l.StartOffset()
+			require.Equal(t, start, l.EndOffset(), "empty")
+			require.Contains(t, []int64{at, end}, start)
+			outcomes[fmt.Sprint(start)] = true
+			for _, off := range []int64{0, at, end - 1} {
+				buf, err := l.Read(off, 100)
+				if off == start {
+					require.NoError(t, err)
+					require.Empty(t, buf)
+				} else {
+					require.ErrorIs(t, err, ErrOffsetOutOfRange, "offset %d", off)
+				}
+			}
+			off, err := l.Append(record.Record{Value: []byte("next")})
+			require.NoError(t, err)
+			require.Equal(t, start, off)
+		})
+	}
+	t.Logf("outcomes (start offsets): %v", outcomes)
 }

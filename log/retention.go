@@ -260,25 +260,51 @@ func (l *Log) writable() error {
 	return l.failed()
 }
 
-// Reset empties the log and starts it again at offset, which must be past
-// its end (Kafka's truncateFullyAndStartAt): a replica whose whole log lies
-// below its leader's log start offset - it was away while the leader's
-// retention deleted what it would have fetched next - keeps nothing and
-// copies on from the leader's start. Every segment is deleted; the log
-// start, end and committed offsets all become offset. It is on stable
-// storage before it returns, in an order a crash at any point recovers from
-// without a hole between old records and new: first the checkpoint names
-// offset as the log start (a reopen then finds every old record below the
-// start and keeps none), then the new empty segment is created, then the
-// old segments are deleted (Open deletes any a crash left).
+// Reset empties the log and starts it again at offset (Kafka's
+// truncateFullyAndStartAt). offset must be past the log's end: a replica
+// whose whole log lies below its leader's log start offset - it was away
+// while the leader's retention deleted what it would have fetched next -
+// keeps nothing and copies on from the leader's start. When the log holds
+// no record (its start offset is its end: everything was deleted), offset
+// may be anything from 0 on, below the old end too: a Raft log emptied
+// after installing a snapshot starts again just past the snapshot, which
+// may lie below entries it once held. Every segment is deleted; the log
+// start, end and committed offsets all become offset.
+//
+// It is on stable storage before it returns, in an order a crash at any
+// point recovers from without a hole between old records and new and
+// without bringing an old record back. Past the end: first the checkpoint
+// names offset as the log start (a reopen then finds every old record below
+// the start and keeps none), then the new empty segment is created, then the
+// old segments are deleted (Open deletes any a crash left). At or below the
+// end, where old records could lie at or past the new start: first the
+// checkpoint's recovery point comes down to the first segment (whatever
+// subset of segments a crash leaves then reopens, every record in it below
+// the unchanged start), then the old segments are deleted, then the
+// checkpoint names offset as the start, then the new segment is created.
 func (l *Log) Reset(offset int64) error {
 	defer l.lockState()()
 	if err := l.writable(); err != nil {
 		return err
 	}
-	if end := l.next.Load(); offset <= end {
-		return fmt.Errorf("%w: reset to %d, not past the log end %d", ErrOffsetOutOfRange, offset, end)
+	end := l.next.Load()
+	switch empty := l.start.Load() == end; {
+	case offset > end:
+		return l.resetPastEnd(offset)
+	case offset == end && empty:
+		return nil // already empty there
+	case offset >= 0 && empty:
+		return l.resetBelowEnd(offset)
+	case empty:
+		return fmt.Errorf("%w: reset to %d, a negative offset", ErrOffsetOutOfRange, offset)
 	}
+	return fmt.Errorf("%w: reset to %d, not past the log end %d (the log holds records from %d)",
+		ErrOffsetOutOfRange, offset, end, l.start.Load())
+}
+
+// resetPastEnd is Reset to an offset past the end. Called with mu and cpMu
+// held.
+func (l *Log) resetPastEnd(offset int64) error {
 	if err := l.writeStateLocked(offset); err != nil {
 		return err
 	}
@@ -291,6 +317,55 @@ func (l *Log) Reset(offset int64) error {
 		return l.fail(err)
 	}
 	old := l.segments()
+	l.restartAt(s, offset)
+	var errs []error
+	for _, g := range old {
+		errs = append(errs, g.Delete())
+	}
+	errs = append(errs, l.fs.SyncDir(l.dir))
+	l.notify.Broadcast()
+	if err := errors.Join(errs...); err != nil {
+		return l.fail(err)
+	}
+	return l.writeStateLocked(offset)
+}
+
+// resetBelowEnd is Reset of an empty log to an offset below its end.
+// Called with mu and cpMu held.
+func (l *Log) resetBelowEnd(offset int64) error {
+	old := l.segments()
+	l.rp = RecoveryPoint{Offset: old[0].Base(), SegmentBase: old[0].Base()}
+	if err := l.writeStateLocked(l.start.Load()); err != nil {
+		return err
+	}
+	var errs []error
+	for _, g := range old {
+		errs = append(errs, g.Delete())
+	}
+	if err := errors.Join(append(errs, l.fs.SyncDir(l.dir))...); err != nil {
+		return l.fail(err)
+	}
+	l.rp = RecoveryPoint{Offset: offset, SegmentBase: offset}
+	l.cleanerOffset = offset
+	if err := l.writeStateLocked(offset); err != nil {
+		return err
+	}
+	s, err := segment.Create(l.dir, offset, l.opts.segmentOptions())
+	if err != nil {
+		return l.fail(err)
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		s.Close(false)
+		return l.fail(err)
+	}
+	l.restartAt(s, offset)
+	l.notify.Broadcast()
+	return nil
+}
+
+// restartAt makes s, an empty segment at offset, the whole log. Called with
+// mu held.
+func (l *Log) restartAt(s *segment.Segment, offset int64) {
 	l.publish([]*segment.Segment{s})
 	l.active = s
 	l.unsynced = nil
@@ -304,14 +379,4 @@ func (l *Log) Reset(offset int64) error {
 	l.syncMu.Unlock()
 	l.rp = RecoveryPoint{Offset: offset, SegmentBase: offset}
 	l.cleanerOffset = offset
-	var errs []error
-	for _, g := range old {
-		errs = append(errs, g.Delete())
-	}
-	errs = append(errs, l.fs.SyncDir(l.dir))
-	l.notify.Broadcast()
-	if err := errors.Join(errs...); err != nil {
-		return l.fail(err)
-	}
-	return l.writeStateLocked(offset)
 }
