@@ -236,6 +236,9 @@ func (c *Coordinator) Join(ctx context.Context, req JoinRequest) (JoinResponse, 
 	if c.closed.Load() {
 		return JoinResponse{MemberID: req.MemberID}, wrap(req.Group, "join", ErrCoordinatorClosed)
 	}
+	if err := c.owns(req.Group); err != nil {
+		return JoinResponse{MemberID: req.MemberID}, wrap(req.Group, "join", err)
+	}
 	e := c.lockGroup(req.Group, req.MemberID == "")
 	if e == nil {
 		return JoinResponse{MemberID: req.MemberID}, wrap(req.Group, "join", ErrUnknownMemberID)
@@ -276,6 +279,9 @@ func (c *Coordinator) Sync(ctx context.Context, req SyncRequest) (SyncResponse, 
 	if c.closed.Load() {
 		return SyncResponse{}, wrap(req.Group, "sync", ErrCoordinatorClosed)
 	}
+	if err := c.owns(req.Group); err != nil {
+		return SyncResponse{}, wrap(req.Group, "sync", err)
+	}
 	e := c.lockGroup(req.Group, false)
 	if e == nil {
 		return SyncResponse{}, wrap(req.Group, "sync", ErrUnknownMemberID)
@@ -310,6 +316,9 @@ func (c *Coordinator) Heartbeat(req HeartbeatRequest) error {
 	if c.closed.Load() {
 		return wrap(req.Group, "heartbeat", ErrCoordinatorClosed)
 	}
+	if err := c.owns(req.Group); err != nil {
+		return wrap(req.Group, "heartbeat", err)
+	}
 	e := c.lockGroup(req.Group, false)
 	if e == nil {
 		return wrap(req.Group, "heartbeat", ErrUnknownMemberID)
@@ -330,6 +339,9 @@ func (c *Coordinator) Leave(req LeaveRequest) ([]error, error) {
 	if c.closed.Load() {
 		return nil, wrap(req.Group, "leave", ErrCoordinatorClosed)
 	}
+	if err := c.owns(req.Group); err != nil {
+		return nil, wrap(req.Group, "leave", err)
+	}
 	errs := make([]error, len(req.Members))
 	e := c.lockGroup(req.Group, false)
 	if e == nil {
@@ -349,6 +361,9 @@ func (c *Coordinator) Leave(req LeaveRequest) ([]error, error) {
 // Describe describes a group (DescribeGroups). ErrGroupIDNotFound if there
 // is no such group.
 func (c *Coordinator) Describe(group string) (Description, error) {
+	if err := c.owns(group); err != nil {
+		return Description{Group: group, State: Dead}, wrap(group, "describe", err)
+	}
 	e := c.lockGroup(group, false)
 	if e == nil {
 		return Description{Group: group, State: Dead}, wrap(group, "describe", ErrGroupIDNotFound)
@@ -385,6 +400,9 @@ func (c *Coordinator) Delete(groups ...string) map[string]error {
 func (c *Coordinator) delete(id string) error {
 	if c.closed.Load() {
 		return wrap(id, "delete", ErrCoordinatorClosed)
+	}
+	if err := c.owns(id); err != nil {
+		return wrap(id, "delete", err)
 	}
 	e := c.lockGroup(id, false)
 	if e == nil {
@@ -447,6 +465,9 @@ func (c *Coordinator) CommitOffsets(req CommitRequest) (map[TopicPartition]error
 	if c.closed.Load() {
 		return nil, wrap(req.Group, "commit offsets", ErrCoordinatorClosed)
 	}
+	if err := c.owns(req.Group); err != nil {
+		return nil, wrap(req.Group, "commit offsets", err)
+	}
 	e := c.lockGroup(req.Group, req.Generation < 0)
 	if e == nil {
 		// A member of a generation of a group that no longer exists.
@@ -470,6 +491,9 @@ func (c *Coordinator) CommitOffsets(req CommitRequest) (map[TopicPartition]error
 func (c *Coordinator) FetchOffsets(group string, tps []TopicPartition) (map[TopicPartition]OffsetAndMetadata, error) {
 	if c.closed.Load() {
 		return nil, wrap(group, "fetch offsets", ErrCoordinatorClosed)
+	}
+	if err := c.owns(group); err != nil {
+		return nil, wrap(group, "fetch offsets", err)
 	}
 	out := make(map[TopicPartition]OffsetAndMetadata)
 	e := c.lockGroup(group, false)
@@ -497,6 +521,9 @@ func (c *Coordinator) FetchOffsets(group string, tps []TopicPartition) (map[Topi
 func (c *Coordinator) DeleteOffsets(group string, tps []TopicPartition) (map[TopicPartition]error, error) {
 	if c.closed.Load() {
 		return nil, wrap(group, "delete offsets", ErrCoordinatorClosed)
+	}
+	if err := c.owns(group); err != nil {
+		return nil, wrap(group, "delete offsets", err)
 	}
 	e := c.lockGroup(group, false)
 	if e == nil {
@@ -530,6 +557,9 @@ func (c *Coordinator) ResetOffsets(group string, offsets map[TopicPartition]int6
 	if c.closed.Load() {
 		return wrap(group, "reset offsets", ErrCoordinatorClosed)
 	}
+	if err := c.owns(group); err != nil {
+		return wrap(group, "reset offsets", err)
+	}
 	e := c.lockGroup(group, true)
 	defer c.unlock(e)
 	if e.g.state != Empty {
@@ -552,6 +582,39 @@ func (c *Coordinator) LoadOffsets(group string, offsets map[TopicPartition]Offse
 	e := c.lockGroup(group, true)
 	maps.Copy(e.g.offsets, offsets)
 	c.unlock(e)
+}
+
+// owns asks Options.Owns whether this coordinator coordinates a group now.
+func (c *Coordinator) owns(group string) error {
+	if c.opts.Owns == nil || group == "" {
+		return nil
+	}
+	return c.opts.Owns(group)
+}
+
+// Unload drops from memory every group owns reports true of - not from the
+// Store - failing the requests waiting on them with ErrNotCoordinator: what
+// a broker does when another takes over coordinating those groups (their
+// offsets partition's leadership moved), so that members find the new
+// coordinator, which loads the groups from the Store.
+func (c *Coordinator) Unload(owns func(group string) bool) int {
+	n := 0
+	for _, e := range c.entries() {
+		e.mu.Lock()
+		if e.dead || !owns(e.g.id) {
+			e.mu.Unlock()
+			continue
+		}
+		for w, ch := range e.waiters {
+			ch <- reply{waiter: w, err: ErrNotCoordinator}
+			delete(e.waiters, w)
+		}
+		e.dead = true
+		e.mu.Unlock()
+		c.forget(e)
+		n++
+	}
+	return n
 }
 
 // ExpireOffsets drops committed offsets older than retention

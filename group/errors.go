@@ -39,6 +39,10 @@ var (
 	// ErrCoordinatorClosed (COORDINATOR_NOT_AVAILABLE): the Coordinator has
 	// been closed.
 	ErrCoordinatorClosed = errors.New("group: coordinator closed")
+	// ErrNotCoordinator (NOT_COORDINATOR): this broker no longer
+	// coordinates the group (its offsets partition's leadership moved):
+	// find the coordinator again.
+	ErrNotCoordinator = errors.New("group: not the group's coordinator")
 	// ErrInvalidGroupID (INVALID_GROUP_ID): the group id is empty where the
 	// group membership protocol needs one.
 	ErrInvalidGroupID = errors.New("group: invalid group id")

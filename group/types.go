@@ -55,6 +55,12 @@ type Options struct {
 	// A negative OffsetsRetention turns the automatic expiry off
 	// (ExpireOffsets still works).
 	OffsetsRetention, OffsetsRetentionCheckInterval time.Duration
+	// Owns, if set, reports whether this coordinator coordinates a group
+	// now, nil if so: every request for a group it does not own fails with
+	// its error (in a cluster, a group belongs to the broker leading its
+	// offsets partition; ErrNotCoordinator sends the member looking for
+	// it). Default: every group.
+	Owns func(group string) error
 	// Store persists committed offsets; nil keeps them in memory only.
 	// Offsets are loaded back with LoadOffsets.
 	Store OffsetStore

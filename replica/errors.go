@@ -91,3 +91,23 @@ func (e *OffsetOutOfRangeError) Error() string {
 
 // Unwrap returns log.ErrOffsetOutOfRange.
 func (e *OffsetOutOfRangeError) Unwrap() error { return log.ErrOffsetOutOfRange }
+
+// NotLeaderError is ErrNotLeader with what the refusing broker knows of the
+// partition's leader, so that a client can go there at once (KIP-951's
+// CurrentLeader). errors.Is(err, ErrNotLeader) is true of it.
+type NotLeaderError struct {
+	Topic     string
+	Partition int32
+	// Broker is the broker that refused.
+	Broker int32
+	// Leader and LeaderEpoch are the leader it knows of (-1: none).
+	Leader      int32
+	LeaderEpoch int32
+}
+
+func (e *NotLeaderError) Error() string {
+	return fmt.Sprintf("%v: %s-%d on broker %d (leader %d, epoch %d)", ErrNotLeader, e.Topic, e.Partition, e.Broker, e.Leader, e.LeaderEpoch)
+}
+
+// Unwrap returns ErrNotLeader.
+func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }

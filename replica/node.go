@@ -41,6 +41,12 @@ type NodeConfig struct {
 	// error (replica.fetch.backoff.ms); retries start much sooner and back
 	// off up to it. Default 1s.
 	FetchBackoff time.Duration
+	// OnRoleChange, if set, is told after a replica starts or stops
+	// leading (a group coordinator loads or unloads the groups of an
+	// offsets partition). It is called from the goroutine applying the
+	// partition's states, one call at a time per partition, and must not
+	// block for long.
+	OnRoleChange func(topic string, partition int32, leading bool, leaderEpoch int32)
 	// Logger receives role changes, truncations and ISR changes. Default:
 	// none.
 	Logger *slog.Logger
@@ -227,6 +233,25 @@ func (n *Node) UpdatePartition(st PartitionState) {
 		n.mu.Unlock()
 	}
 	r.Apply(st)
+}
+
+// Remove stops this node's replica of a partition (its topic was deleted)
+// and forgets it; it returns the partition, for the caller to close and
+// delete, or nil if the node held none.
+func (n *Node) Remove(topic string, partition int32) *partition.Partition {
+	n.mu.Lock()
+	r := n.sets[tp{topic, partition}]
+	delete(n.sets, tp{topic, partition})
+	n.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	leading := r.IsLeader()
+	r.close()
+	if leading && n.cfg.OnRoleChange != nil {
+		n.cfg.OnRoleChange(topic, partition, false, r.State().LeaderEpoch)
+	}
+	return r.part
 }
 
 // LogEnd implements Member.

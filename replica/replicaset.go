@@ -43,6 +43,12 @@ type AppendOptions struct {
 	// Trusted says the batch was encoded in this process (see
 	// log.Log.AppendTrusted); otherwise it gets AppendBatch's full check.
 	Trusted bool
+	// Idempotent applies the idempotent-producer checks to batches with a
+	// producer id (partition.Partition.AppendProduced): a retry of one of
+	// the producer's last batches is not written again, and its original
+	// base offset is returned. A new leader rebuilds the producers' state
+	// from its log, so retries are recognised across leader changes.
+	Idempotent bool
 }
 
 // ReplicaSet is one partition's replica on one broker: the leader, which
@@ -99,7 +105,7 @@ func (r *ReplicaSet) notLeaderLocked() error {
 	if r.closed {
 		return ErrClosed
 	}
-	return fmt.Errorf("%w: %s-%d on broker %d (leader %d, epoch %d)", ErrNotLeader, r.topic, r.id, r.node.id, r.state.Leader, r.state.LeaderEpoch)
+	return &NotLeaderError{Topic: r.topic, Partition: r.id, Broker: r.node.id, Leader: r.state.Leader, LeaderEpoch: r.state.LeaderEpoch}
 }
 
 // Append writes a producer's batch as the leader and waits as opts.Acks
@@ -180,9 +186,12 @@ func (r *ReplicaSet) WriteBatches(batches []record.Batch, opts AppendOptions) (A
 	for _, b := range batches {
 		var base int64
 		var err error
-		if opts.Trusted {
+		switch {
+		case opts.Trusted:
 			base, last, err = r.part.AppendTrustedNoWait(b)
-		} else {
+		case opts.Idempotent:
+			base, _, err = r.part.AppendProduced(b)
+		default:
 			base, err = r.part.AppendBatch(b)
 		}
 		if err != nil {
@@ -482,6 +491,9 @@ func (r *ReplicaSet) Apply(st PartitionState) {
 		r.mu.Unlock()
 		r.node.log.Info("leading", "topic", r.topic, "partition", r.id, "epoch", st.LeaderEpoch, "isr", st.ISR,
 			"log_end", r.part.EndOffset(), "high_watermark", r.part.HighWatermark())
+		if f := r.node.cfg.OnRoleChange; f != nil {
+			f(r.topic, r.id, true, st.LeaderEpoch)
+		}
 		return
 	}
 	if err := r.part.BecomeFollower(st.LeaderEpoch); err != nil {
@@ -491,6 +503,9 @@ func (r *ReplicaSet) Apply(st PartitionState) {
 	r.state, r.known, r.leader = st.Clone(), true, nil
 	r.changed.Broadcast()
 	r.mu.Unlock()
+	if f := r.node.cfg.OnRoleChange; f != nil && leading {
+		f(r.topic, r.id, false, st.LeaderEpoch)
+	}
 	if st.Leader >= 0 && st.HasReplica(self) {
 		r.startFetcher(st.Leader, st.LeaderEpoch)
 	}
