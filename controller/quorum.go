@@ -438,3 +438,20 @@ func (q *Quorum) notController() error {
 	}
 	return &NotControllerError{Leader: id, Addr: addr}
 }
+
+// MetadataTopic is the name the metadata log's directory carries, as
+// Kafka's __cluster_metadata-0.
+const MetadataTopic = "__cluster_metadata"
+
+// TransferLeadership hands the Raft leadership - and so the active
+// controller - to another voter, best effort: a node shutting down calls it
+// so that the quorum does not wait an election timeout.
+func (q *Quorum) TransferLeadership() {
+	if q.raft.State() != raft.Leader {
+		return
+	}
+	q.active.Store(false)
+	if err := q.raft.LeadershipTransfer().Error(); err != nil {
+		q.log.Debug("leadership transfer", "err", err)
+	}
+}

@@ -518,7 +518,7 @@ func TestImageSkipsStaleChanges(t *testing.T) {
 	got, _ := im2.Partition("t", 0)
 	require.Equal(t, next, got)
 	_, err := DecodeEntry([]byte(`{"v":2,"records":[]}`))
-	require.True(t, errors.Is(err, ErrBadEntry))
+	require.True(t, errors.Is(err, ErrBadMetadataEntry))
 }
 
 // pipeSink is a raft.SnapshotSink in memory.

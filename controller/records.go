@@ -160,15 +160,15 @@ type ProducerIDsRecord struct {
 // that its image is current.
 type NoOpRecord struct{}
 
-// ErrBadEntry reports a metadata log entry that does not decode.
-var ErrBadEntry = errors.New("controller: bad metadata entry")
+// ErrBadMetadataEntry reports a metadata log entry that does not decode.
+var ErrBadMetadataEntry = errors.New("controller: bad metadata entry")
 
 // EncodeEntry encodes records as one entry. It fails only for a topic
 // config that is not valid JSON.
 func EncodeEntry(recs ...Record) ([]byte, error) {
 	data, err := json.Marshal(Entry{V: entryVersion, Records: recs})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadEntry, err)
+		return nil, fmt.Errorf("%w: %v", ErrBadMetadataEntry, err)
 	}
 	return data, nil
 }
@@ -177,10 +177,10 @@ func EncodeEntry(recs ...Record) ([]byte, error) {
 func DecodeEntry(data []byte) (Entry, error) {
 	var e Entry
 	if err := json.Unmarshal(data, &e); err != nil {
-		return e, fmt.Errorf("%w: %v", ErrBadEntry, err)
+		return e, fmt.Errorf("%w: %v", ErrBadMetadataEntry, err)
 	}
 	if e.V != entryVersion {
-		return e, fmt.Errorf("%w: version %d", ErrBadEntry, e.V)
+		return e, fmt.Errorf("%w: version %d", ErrBadMetadataEntry, e.V)
 	}
 	return e, nil
 }
