@@ -41,7 +41,10 @@ type Broker struct {
 
 	coord *group.Coordinator // consumer groups and committed offsets
 
-	node     *replica.Node // in a cluster: this broker's replication
+	cl       clusterBackend // in a cluster: the LocalCluster or the networked node; nil standalone
+	nc       *netCluster    // a networked cluster node's own state
+	node     *replica.Node  // in a cluster: this broker's replication
+	pids     *producerIDs   // producer ids for idempotent producers
 	rmu      sync.Mutex
 	replicas map[TopicPartition]*partition.Partition // in a cluster: this broker's replicas; nil once closed
 
@@ -91,14 +94,23 @@ func Open(dir string, opts Options) (*Broker, error) {
 		MaxSessionTimeout:     opts.GroupMaxSessionTimeout,
 		InitialRebalanceDelay: opts.GroupInitialRebalanceDelay,
 		OffsetsRetention:      opts.OffsetsRetention,
+		Owns:                  func(g string) error { return b.CheckGroupCoordinator(g) },
 		Logger:                opts.Logger,
 	})
-	err = b.load()
-	if err == nil {
-		err = b.loadOffsets()
-	}
-	if err == nil && opts.Cluster != nil {
-		err = b.joinCluster()
+	if opts.Node != nil {
+		err = b.openNetNode()
+	} else {
+		err = b.load()
+		if err == nil {
+			err = b.loadOffsets()
+		}
+		if err == nil {
+			b.pids, err = openProducerIDs(dir)
+		}
+		if err == nil && opts.Cluster != nil {
+			b.cl = opts.Cluster
+			err = b.cl.join(b)
+		}
 	}
 	if err != nil {
 		b.coord.Close()
@@ -308,6 +320,9 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, cfg TopicConfig) 
 	if rf := b.effective(cfg).ReplicationFactor; rf > 1 {
 		return fmt.Errorf("%w: ReplicationFactor %d needs a cluster (Options.Cluster)", ErrInvalidConfig, rf)
 	}
+	if m := b.effective(cfg).MinInSyncReplicas; m > 1 {
+		return fmt.Errorf("%w: MinInSyncReplicas %d: a standalone broker has one replica per partition", ErrInvalidConfig, m)
+	}
 	return b.createTopic(ctx, name, cfg, false)
 }
 
@@ -362,8 +377,14 @@ func (b *Broker) createTopic(ctx context.Context, name string, cfg TopicConfig, 
 // first; its partition directories are then renamed aside and removed. A
 // crash in between is finished on the next Open.
 func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
-	if b.clustered(name) && b.partitionCount(name) >= 0 {
-		return fmt.Errorf("spool: %s on replicated topic %q: %w", "DeleteTopic", name, errors.ErrUnsupported)
+	if b.clustered(name) {
+		if b.closed.Load() {
+			return ErrClosed
+		}
+		if b.partitionCount(name) < 0 {
+			return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
+		}
+		return b.wrapTopicErr(name, b.cl.deleteTopic(ctx, name))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -399,8 +420,18 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 // keep their data; keyed records produced from now on spread over all of
 // them (so a key may move partition, as in Kafka).
 func (b *Broker) CreatePartitions(ctx context.Context, name string, total int32) error {
-	if b.clustered(name) && b.partitionCount(name) >= 0 {
-		return fmt.Errorf("spool: %s on replicated topic %q: %w", "CreatePartitions", name, errors.ErrUnsupported)
+	if b.clustered(name) {
+		if b.closed.Load() {
+			return ErrClosed
+		}
+		have := b.partitionCount(name)
+		if have < 0 {
+			return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
+		}
+		if total <= have {
+			return fmt.Errorf("%w: %q has %d partitions; partitions can only be added (asked for %d)", ErrInvalidConfig, name, have, total)
+		}
+		return b.wrapTopicErr(name, b.cl.createPartitions(ctx, name, total))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -433,7 +464,7 @@ func (b *Broker) Topics() []string {
 	for n := range b.snapshot() {
 		names = append(names, n)
 	}
-	if b.opts.Cluster != nil {
+	if b.cl != nil {
 		names = append(names, b.clusterTopics()...)
 	}
 	sort.Strings(names)
@@ -464,6 +495,9 @@ type PartitionDescription struct {
 	Leader   int32
 	Replicas []int32
 	ISR      []int32
+	// OfflineReplicas are the replicas on brokers that are down (fenced,
+	// or gone): in a networked cluster only.
+	OfflineReplicas []int32
 }
 
 // DescribeTopic describes a topic and its partitions.
@@ -578,7 +612,7 @@ func (b *Broker) maintain() {
 	for _, t := range b.snapshot() {
 		all = append(all, tparts{t.name, t.partitions()})
 	}
-	if b.opts.Cluster != nil {
+	if b.cl != nil {
 		all = append(all, tparts{"", b.replicaPartitions()})
 	}
 	for _, t := range all {
@@ -610,8 +644,8 @@ func (b *Broker) Close() error {
 	}
 	b.mu.Unlock()
 	var cerr error
-	if b.opts.Cluster != nil {
-		cerr = b.leaveCluster()
+	if b.cl != nil {
+		cerr = b.cl.leave(b)
 	}
 	close(b.bgStop)
 	<-b.bgDone

@@ -129,9 +129,33 @@ func retriable(err error) bool {
 		errors.Is(err, replica.ErrClosed) || errors.Is(err, log.ErrClosed)
 }
 
-// joinCluster makes the broker a node of opts.Cluster.
-func (b *Broker) joinCluster() error {
-	c := b.opts.Cluster
+// clusterBackend is what a Broker in a cluster reaches the cluster
+// through: the in-process LocalCluster, or a networked node's quorum and
+// peers (netCluster). Everything above it - producers, consumers, topic
+// administration, the Kafka server - is the same for both.
+type clusterBackend interface {
+	// join makes b a node of the cluster; leave moves its leaderships away
+	// and stops its replicas.
+	join(b *Broker) error
+	leave(b *Broker) error
+	// topic returns a topic's spec and its partitions' states.
+	topic(ctx context.Context, name string) (replica.TopicSpec, []replica.PartitionState, error)
+	topicNames() []string
+	// createTopic creates a topic with its own settings own (eff: with the
+	// broker's defaults) and returns once the topic is usable from b.
+	createTopic(ctx context.Context, name string, own, eff TopicConfig) error
+	deleteTopic(ctx context.Context, name string) error
+	createPartitions(ctx context.Context, name string, total int32) error
+	alterTopicConfig(ctx context.Context, name string, alter func(own TopicConfig) (TopicConfig, error)) error
+	// leader returns the replica in this process that leads a partition.
+	leader(ctx context.Context, topic string, n int32) (*replica.ReplicaSet, error)
+	// replicatesOffsets reports whether __consumer_offsets is one of the
+	// cluster's topics (else each broker keeps its own).
+	replicatesOffsets() bool
+}
+
+// join implements clusterBackend.
+func (c *LocalCluster) join(b *Broker) error {
 	c.mu.Lock()
 	if c.brokers[b.opts.NodeID] != nil {
 		c.mu.Unlock()
@@ -157,15 +181,14 @@ func (b *Broker) joinCluster() error {
 		err = node.Start(context.Background())
 	}
 	if err != nil {
-		b.leaveCluster()
+		c.leave(b)
 	}
 	return err
 }
 
-// leaveCluster shuts the node down (leaderships move away first) and
-// closes its replicas.
-func (b *Broker) leaveCluster() error {
-	c := b.opts.Cluster
+// leave implements clusterBackend: the node shuts down (leaderships move
+// away first) and its replicas close.
+func (c *LocalCluster) leave(b *Broker) error {
 	var errs []error
 	if b.node != nil {
 		errs = append(errs, b.node.Close())
@@ -243,8 +266,7 @@ func decodeTopicSpec(spec replica.TopicSpec) (TopicConfig, error) {
 	return cfg, nil
 }
 
-// createReplicatedTopic creates a topic through the controller and waits
-// until every partition has a leader ready to take writes.
+// createReplicatedTopic creates a topic of the cluster.
 func (b *Broker) createReplicatedTopic(ctx context.Context, name string, cfg TopicConfig) error {
 	if err := ValidTopicName(name); err != nil {
 		return err
@@ -258,23 +280,31 @@ func (b *Broker) createReplicatedTopic(ctx context.Context, name string, cfg Top
 	}
 	own := cfg
 	own.MinInSyncReplicas = eff.MinInSyncReplicas // fixed at creation, as the placement is
+	err := b.cl.createTopic(ctx, name, own, eff)
+	switch {
+	case errors.Is(err, replica.ErrTopicExists):
+		return fmt.Errorf("%w: %q (%w)", ErrTopicExists, name, err)
+	case errors.Is(err, replica.ErrNotEnoughBrokers), errors.Is(err, replica.ErrInvalidConfig):
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return err
+}
+
+// createTopic implements clusterBackend: through the controller, then it
+// waits until every partition has a leader ready to take writes.
+func (c *LocalCluster) createTopic(ctx context.Context, name string, own, eff TopicConfig) error {
 	data, err := encodeTopicSpec(own)
 	if err != nil {
 		return err
 	}
-	_, err = b.opts.Cluster.ctrl.CreateTopic(ctx, replica.TopicSpec{Name: name, Partitions: int(eff.Partitions),
+	_, err = c.ctrl.CreateTopic(ctx, replica.TopicSpec{Name: name, Partitions: int(eff.Partitions),
 		ReplicationFactor: eff.ReplicationFactor, UncleanLeaderElection: eff.UncleanLeaderElection, Config: data})
-	switch {
-	case errors.Is(err, replica.ErrTopicExists):
-		return fmt.Errorf("%w: %q", ErrTopicExists, name)
-	case errors.Is(err, replica.ErrNotEnoughBrokers), errors.Is(err, replica.ErrInvalidConfig):
-		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	case err != nil:
+	if err != nil {
 		return err
 	}
 	for n := int32(0); n < eff.Partitions; n++ {
 		for {
-			if _, err := b.opts.Cluster.leader(ctx, name, n); err == nil {
+			if _, err := c.leader(ctx, name, n); err == nil {
 				break
 			}
 			if err := sleepCtx(ctx, time.Millisecond); err != nil {
@@ -283,6 +313,30 @@ func (b *Broker) createReplicatedTopic(ctx context.Context, name string, cfg Top
 		}
 	}
 	return nil
+}
+
+// topic implements clusterBackend.
+func (c *LocalCluster) topic(ctx context.Context, name string) (replica.TopicSpec, []replica.PartitionState, error) {
+	return c.ctrl.Topic(ctx, name)
+}
+
+// topicNames implements clusterBackend.
+func (c *LocalCluster) topicNames() []string { return c.ctrl.Topics() }
+
+// replicatesOffsets implements clusterBackend: in one process each broker
+// keeps its own committed offsets.
+func (c *LocalCluster) replicatesOffsets() bool { return false }
+
+func (c *LocalCluster) deleteTopic(ctx context.Context, name string) error {
+	return fmt.Errorf("spool: %s on replicated topic %q in a LocalCluster: %w", "DeleteTopic", name, errors.ErrUnsupported)
+}
+
+func (c *LocalCluster) createPartitions(ctx context.Context, name string, total int32) error {
+	return fmt.Errorf("spool: %s on replicated topic %q in a LocalCluster: %w", "CreatePartitions", name, errors.ErrUnsupported)
+}
+
+func (c *LocalCluster) alterTopicConfig(ctx context.Context, name string, alter func(own TopicConfig) (TopicConfig, error)) error {
+	return fmt.Errorf("spool: AlterTopicConfig on replicated topic %q in a LocalCluster: %w", name, errors.ErrUnsupported)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -302,13 +356,12 @@ func (b *Broker) replicatedTopic(ctx context.Context, name string, create bool) 
 	if b.closed.Load() {
 		return TopicConfig{}, nil, ErrClosed
 	}
-	ctrl := b.opts.Cluster.ctrl
-	spec, states, err := ctrl.Topic(ctx, name)
+	spec, states, err := b.cl.topic(ctx, name)
 	if err != nil && create && b.opts.AutoCreateTopics.on(true) {
 		if cerr := b.createReplicatedTopic(ctx, name, TopicConfig{}); cerr != nil && !errors.Is(cerr, ErrTopicExists) {
 			return TopicConfig{}, nil, cerr
 		}
-		spec, states, err = ctrl.Topic(ctx, name)
+		spec, states, err = b.cl.topic(ctx, name)
 	}
 	if err != nil {
 		return TopicConfig{}, nil, fmt.Errorf("%w: %q", ErrUnknownTopic, name)
@@ -318,15 +371,17 @@ func (b *Broker) replicatedTopic(ctx context.Context, name string, create bool) 
 }
 
 // clustered reports whether a topic of that name lives in the cluster
-// rather than in this broker alone: every topic but the internal offsets
-// topic, on a broker in a cluster.
-func (b *Broker) clustered(name string) bool { return b.opts.Cluster != nil && name != OffsetsTopic }
+// rather than in this broker alone: on a broker in a cluster every topic,
+// but in a LocalCluster the internal offsets topic.
+func (b *Broker) clustered(name string) bool {
+	return b.cl != nil && (name != OffsetsTopic || b.cl.replicatesOffsets())
+}
 
 // partitionCount is a topic's partition count, -1 if there is no such
 // topic.
 func (b *Broker) partitionCount(name string) int32 {
 	if b.clustered(name) {
-		_, states, err := b.opts.Cluster.ctrl.Topic(context.Background(), name)
+		_, states, err := b.cl.topic(context.Background(), name)
 		if err != nil {
 			return -1
 		}
@@ -340,7 +395,7 @@ func (b *Broker) partitionCount(name string) int32 {
 
 // clusterTopics lists the cluster's topics.
 func (b *Broker) clusterTopics() []string {
-	names := b.opts.Cluster.ctrl.Topics()
+	names := b.cl.topicNames()
 	sort.Strings(names)
 	return names
 }
@@ -352,12 +407,25 @@ func (b *Broker) describeReplicated(name string) (TopicDescription, error) {
 	if err != nil {
 		return TopicDescription{}, err
 	}
-	d := TopicDescription{Name: name, Config: b.effective(cfg)}
+	d := TopicDescription{Name: name, Config: b.effective(cfg), Internal: name == OffsetsTopic}
 	d.Config.Partitions = int32(len(states))
+	offline := func(int32) bool { return false }
+	if b.nc != nil {
+		im := b.nc.q.Image()
+		if t, ok := im.Topic(name); ok {
+			d.ID, _ = ParseTopicID(t.ID)
+		}
+		offline = func(id int32) bool { br, ok := im.Broker(id); return !ok || br.Fenced }
+	}
 	for _, st := range states {
 		pd := PartitionDescription{Partition: st.Partition, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch,
-			Replicas: st.Replicas, ISR: st.ISR, StartOffset: -1, EndOffset: -1, HighWatermark: -1}
-		if rs, err := b.opts.Cluster.leader(context.Background(), name, st.Partition); err == nil {
+			Replicas: st.Replicas, ISR: st.ISR, StartOffset: -1, EndOffset: -1, HighWatermark: -1, OfflineReplicas: []int32{}}
+		for _, r := range st.Replicas {
+			if offline(r) {
+				pd.OfflineReplicas = append(pd.OfflineReplicas, r)
+			}
+		}
+		if rs, err := b.cl.leader(context.Background(), name, st.Partition); err == nil {
 			p := rs.Partition()
 			pd.StartOffset, pd.EndOffset, pd.HighWatermark = p.StartOffset(), p.EndOffset(), p.HighWatermark()
 			pd.Size, pd.Segments = p.Log().Size(), p.Log().NumSegments()
@@ -371,9 +439,24 @@ func (b *Broker) describeReplicated(name string) (TopicDescription, error) {
 // partition, for reading: in one process, a consumer reads the leader's
 // partition directly, as it would fetch from the leader over the network.
 func (b *Broker) leaderPartition(ctx context.Context, tp TopicPartition) (*partition.Partition, error) {
-	rs, err := b.opts.Cluster.leader(ctx, tp.Topic, tp.Partition)
+	rs, err := b.cl.leader(ctx, tp.Topic, tp.Partition)
 	if err != nil {
 		return nil, err
 	}
 	return rs.Partition(), nil
+}
+
+// wrapTopicErr maps the controller's topic errors to the broker's.
+func (b *Broker) wrapTopicErr(name string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, replica.ErrUnknownTopic):
+		return fmt.Errorf("%w: %q (%w)", ErrUnknownTopic, name, err)
+	case errors.Is(err, replica.ErrTopicExists):
+		return fmt.Errorf("%w: %q (%w)", ErrTopicExists, name, err)
+	case errors.Is(err, replica.ErrNotEnoughBrokers), errors.Is(err, replica.ErrInvalidConfig):
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/replica"
 )
 
 // Committed offsets live, as in Kafka, in the internal compacted topic
@@ -177,14 +178,9 @@ type offsetStore struct{ b *Broker }
 
 // StoreOffsets appends a group's commits (or tombstones) to its offsets
 // partition, as one batch: durable when it returns, under the broker's
-// flush policy.
+// flush policy - in a cluster, committed (acks=all at the partition's
+// leader, which must be this broker: the group's coordinator).
 func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) error {
-	t, err := s.b.offsetsTopic(context.Background())
-	if err != nil {
-		return err
-	}
-	parts := t.partitions()
-	p := parts[offsetsPartitionFor(groupID, int32(len(parts)))]
 	recs := make([]record.Record, len(commits))
 	now := time.Now()
 	for i, c := range commits {
@@ -193,6 +189,28 @@ func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) 
 			recs[i].Value = encodeOffsetValue(c.OffsetAndMetadata)
 		}
 	}
+	if s.b.clustered(OffsetsTopic) {
+		n := s.b.partitionCount(OffsetsTopic)
+		if n <= 0 {
+			return fmt.Errorf("%w: %s does not exist", ErrNotCoordinator, OffsetsTopic)
+		}
+		rs, err := s.b.cl.leader(context.Background(), OffsetsTopic, offsetsPartitionFor(groupID, n))
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrNotCoordinator, err)
+		}
+		batch, err := record.NewBatch(recs, record.BatchOptions{})
+		if err != nil {
+			return err
+		}
+		_, err = rs.Append(context.Background(), batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: true, Timeout: 10 * time.Second})
+		return err
+	}
+	t, err := s.b.offsetsTopic(context.Background())
+	if err != nil {
+		return err
+	}
+	parts := t.partitions()
+	p := parts[offsetsPartitionFor(groupID, int32(len(parts)))]
 	_, err = p.Append(recs...)
 	return err
 }
@@ -201,10 +219,27 @@ func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) 
 // if it does not exist yet, rather than at the first committed offset. A
 // server calls it at startup: creating the topic's partitions takes a while
 // (each is a directory of files made durable), and group requests would wait
-// behind the first commit otherwise.
+// behind the first commit otherwise. A cluster node creates it when the
+// first group looks for its coordinator, once enough brokers have joined.
 func (b *Broker) PrepareGroups(ctx context.Context) error {
+	if b.clustered(OffsetsTopic) {
+		return nil
+	}
 	_, err := b.offsetsTopic(ctx)
 	return err
+}
+
+// offsetsTopicConfig is the offsets topic's settings.
+func offsetsTopicConfig(partitions int32, rf int) TopicConfig {
+	return TopicConfig{
+		Partitions:        partitions,
+		ReplicationFactor: rf,
+		MinInSyncReplicas: min(rf, 2),
+		CleanupPolicy:     CleanupCompact,
+		SegmentBytes:      offsetsTopicSegmentBytes,
+		RetentionTime:     -1,
+		MaxMessageBytes:   log.DefaultMaxMessageBytes,
+	}
 }
 
 // offsetsTopic returns the offsets topic, creating it on first use.
@@ -212,13 +247,9 @@ func (b *Broker) offsetsTopic(ctx context.Context) (*topic, error) {
 	if t := b.snapshot()[OffsetsTopic]; t != nil {
 		return t, nil
 	}
-	err := b.createTopic(ctx, OffsetsTopic, TopicConfig{
-		Partitions:      b.opts.OffsetsTopicPartitions,
-		CleanupPolicy:   CleanupCompact,
-		SegmentBytes:    offsetsTopicSegmentBytes,
-		RetentionTime:   -1,
-		MaxMessageBytes: log.DefaultMaxMessageBytes,
-	}, true)
+	cfg := offsetsTopicConfig(b.opts.OffsetsTopicPartitions, 0)
+	cfg.MinInSyncReplicas = 0
+	err := b.createTopic(ctx, OffsetsTopic, cfg, true)
 	if err != nil && !errors.Is(err, ErrTopicExists) {
 		return nil, err
 	}
@@ -228,55 +259,64 @@ func (b *Broker) offsetsTopic(ctx context.Context) (*topic, error) {
 	return nil, fmt.Errorf("%w: %s", ErrUnknownTopic, OffsetsTopic)
 }
 
-// loadOffsets reads the committed offsets back into the coordinator: the
-// latest record per key wins, a tombstone removes.
+// loadOffsets reads the committed offsets back into the coordinator.
 func (b *Broker) loadOffsets() error {
 	t := b.snapshot()[OffsetsTopic]
 	if t == nil {
 		return nil
 	}
+	for _, p := range t.partitions() {
+		if err := b.loadOffsetsPartition(p, p.HighWatermark()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadOffsetsPartition reads one offsets partition's commits below end
+// into the coordinator: the latest record per key wins, a tombstone
+// removes.
+func (b *Broker) loadOffsetsPartition(p *partition.Partition, end int64) error {
 	type key struct {
 		groupID string
 		tp      group.TopicPartition
 	}
-	for _, p := range t.partitions() {
-		latest := map[key]*group.OffsetAndMetadata{}
-		if err := readPartition(p, func(r *record.Record) error {
-			g, tp, ok, err := decodeOffsetKey(r.Key)
-			if err != nil || !ok {
-				if err != nil {
-					b.logger.Warn("skipping a malformed offsets record", "partition", p.ID(), "offset", r.Offset, "err", err)
-				}
-				return nil
-			}
-			k := key{g, tp}
-			if r.Value == nil {
-				latest[k] = nil
-				return nil
-			}
-			o, err := decodeOffsetValue(r.Value)
+	latest := map[key]*group.OffsetAndMetadata{}
+	if err := readPartitionTo(p, end, func(r *record.Record) error {
+		g, tp, ok, err := decodeOffsetKey(r.Key)
+		if err != nil || !ok {
 			if err != nil {
 				b.logger.Warn("skipping a malformed offsets record", "partition", p.ID(), "offset", r.Offset, "err", err)
-				return nil
 			}
-			latest[k] = &o
 			return nil
-		}); err != nil {
-			return fmt.Errorf("spool: load committed offsets from %s-%d: %w", OffsetsTopic, p.ID(), err)
 		}
-		byGroup := map[string]map[group.TopicPartition]group.OffsetAndMetadata{}
-		for k, o := range latest {
-			if o == nil {
-				continue
-			}
-			if byGroup[k.groupID] == nil {
-				byGroup[k.groupID] = map[group.TopicPartition]group.OffsetAndMetadata{}
-			}
-			byGroup[k.groupID][k.tp] = *o
+		k := key{g, tp}
+		if r.Value == nil {
+			latest[k] = nil
+			return nil
 		}
-		for g, offsets := range byGroup {
-			b.coord.LoadOffsets(g, offsets)
+		o, err := decodeOffsetValue(r.Value)
+		if err != nil {
+			b.logger.Warn("skipping a malformed offsets record", "partition", p.ID(), "offset", r.Offset, "err", err)
+			return nil
 		}
+		latest[k] = &o
+		return nil
+	}); err != nil {
+		return fmt.Errorf("spool: load committed offsets from %s-%d: %w", OffsetsTopic, p.ID(), err)
+	}
+	byGroup := map[string]map[group.TopicPartition]group.OffsetAndMetadata{}
+	for k, o := range latest {
+		if o == nil {
+			continue
+		}
+		if byGroup[k.groupID] == nil {
+			byGroup[k.groupID] = map[group.TopicPartition]group.OffsetAndMetadata{}
+		}
+		byGroup[k.groupID][k.tp] = *o
+	}
+	for g, offsets := range byGroup {
+		b.coord.LoadOffsets(g, offsets)
 	}
 	return nil
 }
@@ -284,10 +324,15 @@ func (b *Broker) loadOffsets() error {
 // readPartition calls fn for every committed record of a partition, in
 // order. The record is valid during the call only.
 func readPartition(p *partition.Partition, fn func(*record.Record) error) error {
+	return readPartitionTo(p, p.HighWatermark(), fn)
+}
+
+// readPartitionTo is readPartition up to end.
+func readPartitionTo(p *partition.Partition, end int64, fn func(*record.Record) error) error {
 	var it record.Iterator
 	var buf []byte
 	off := p.StartOffset()
-	for off < p.HighWatermark() {
+	for off < end {
 		out, err := p.Log().ReadInto(buf[:0], off, 1<<20)
 		if err != nil {
 			return err

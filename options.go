@@ -100,6 +100,11 @@ type Options struct {
 	Cluster *LocalCluster
 	// NodeID is the broker's id in its cluster (broker.id / node.id).
 	NodeID int32
+	// Node makes the broker a node of a cluster of processes: a member of
+	// its controller quorum and a broker whose replicas the cluster's
+	// controller places and elects. transport.StartNode sets it; nil: a
+	// standalone broker (or, with Cluster, an in-process one).
+	Node *NodeOptions
 }
 
 func (o Options) withDefaults() (Options, error) {

@@ -74,8 +74,14 @@ func (b *Broker) CheckTopicConfig(cfg TopicConfig) error {
 // alter runs with the broker's topic lock held, so concurrent changes to one
 // topic apply one after the other; it must not call the Broker.
 func (b *Broker) AlterTopicConfig(ctx context.Context, name string, alter func(own TopicConfig) (TopicConfig, error)) error {
-	if b.clustered(name) && b.partitionCount(name) >= 0 {
-		return fmt.Errorf("spool: AlterTopicConfig on replicated topic %q: %w", name, errors.ErrUnsupported)
+	if b.clustered(name) {
+		if b.closed.Load() {
+			return ErrClosed
+		}
+		if b.partitionCount(name) < 0 {
+			return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
+		}
+		return b.wrapTopicErr(name, b.cl.alterTopicConfig(ctx, name, alter))
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -97,6 +103,9 @@ func (b *Broker) AlterTopicConfig(ctx context.Context, name string, alter func(o
 	cfg.Partitions = 0 // the registry records the count separately
 	if err := b.CheckTopicConfig(cfg); err != nil {
 		return err
+	}
+	if m := b.effective(cfg).MinInSyncReplicas; m > 1 {
+		return fmt.Errorf("%w: MinInSyncReplicas %d: a standalone broker has one replica per partition", ErrInvalidConfig, m)
 	}
 	if t.internal && !b.effective(cfg).CleanupPolicy.compacts() {
 		return fmt.Errorf("%w: %q must stay compacted", ErrInvalidConfig, name)

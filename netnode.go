@@ -1,0 +1,898 @@
+package spool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool/controller"
+	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/replica"
+)
+
+// A networked node is a Broker whose cluster spans processes: it runs a
+// member of the controller quorum (package controller, on hashicorp/raft),
+// registers with the active controller, follows the committed metadata log
+// - opening, leading, following and deleting its replicas as the
+// partitions' states say - and reaches the other brokers and the active
+// controller over the Kafka protocol through Remote, which package
+// transport implements (transport.StartNode wires it all).
+
+// Remote is how a node reaches the rest of its cluster: the links its
+// followers fetch through, and the active controller's RPCs, each sent to
+// a controller listener's address. Package transport implements it with
+// Kafka's Fetch, OffsetsForLeaderEpoch, BrokerRegistration,
+// BrokerHeartbeat, AlterPartition, AllocateProducerIds, CreateTopics,
+// DeleteTopics, CreatePartitions and AlterConfigs. Errors from a node that
+// is not the active controller wrap a *controller.NotControllerError.
+type Remote interface {
+	replica.Network
+	RegisterBroker(ctx context.Context, addr string, r controller.Registration) (int64, error)
+	BrokerHeartbeat(ctx context.Context, addr string, h controller.Heartbeat) (controller.HeartbeatResult, error)
+	AlterPartition(ctx context.Context, addr string, req replica.AlterPartitionRequest) (replica.PartitionState, error)
+	AllocateProducerIDs(ctx context.Context, addr string, broker int32, brokerEpoch int64) (int64, error)
+	CreateTopic(ctx context.Context, addr string, name string, cfg TopicConfig) error
+	DeleteTopic(ctx context.Context, addr string, name string) error
+	CreatePartitions(ctx context.Context, addr string, name string, total int32) error
+	AlterTopicConfig(ctx context.Context, addr string, name string, cfg TopicConfig) error
+}
+
+// NodeOptions make a Broker a node of a cluster of processes (Options.Node).
+// transport.StartNode fills them in from its own options; set them directly
+// only to supply your own Remote.
+type NodeOptions struct {
+	// Voters is the controller quorum (controller.quorum.voters). A node
+	// listed is a voter and a broker (KRaft's combined mode); any other node
+	// is a broker only, following the metadata log as a non-voting member.
+	Voters []controller.Voter
+	// ControllerAddr is this node's controller listener as the others reach
+	// it; for a voter, its entry in Voters.
+	ControllerAddr string
+	// AdvertisedHost and AdvertisedPort are the Kafka listener clients and
+	// other brokers are told to use (advertised.listeners).
+	AdvertisedHost string
+	AdvertisedPort int32
+	// Rack is the broker's rack (broker.rack), shown in metadata.
+	Rack string
+	// ClusterID, if set, is the cluster the node must belong to; a node
+	// with a data directory of another cluster refuses to start.
+	ClusterID string
+	// Remote reaches the other nodes. Required.
+	Remote Remote
+	// OpenStores opens the Raft log and stable store in the data
+	// directory. Default: the metadata log as a Kafka-format log of package
+	// log (controller.OpenStores).
+	OpenStores func(dir string) (controller.Stores, error)
+	// SessionTimeout fences a broker that stops sending heartbeats
+	// (broker.session.timeout.ms); it bounds how long partitions led by a
+	// crashed broker wait for a new leader. Default 2s.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is how often the node sends heartbeats
+	// (broker.heartbeat.interval.ms). Default SessionTimeout/4.
+	HeartbeatInterval time.Duration
+	// ElectionTimeout is the controllers' Raft election timeout
+	// (controller.quorum.election.timeout.ms). Default 500ms.
+	ElectionTimeout time.Duration
+	// ReplicaLagTime drops a follower from the ISR when it has not caught
+	// up for this long (replica.lag.time.max.ms). Default 10s.
+	ReplicaLagTime time.Duration
+	// FetchMaxWait is how long a leader holds a follower's fetch that finds
+	// nothing new (replica.fetch.wait.max.ms). Default 500ms.
+	FetchMaxWait time.Duration
+	// FetchBackoff bounds a follower's wait before retrying after an error
+	// (replica.fetch.backoff.ms). Default 1s.
+	FetchBackoff time.Duration
+	// OffsetsReplicationFactor is the replication factor of
+	// __consumer_offsets (offsets.topic.replication.factor), lowered to the
+	// number of brokers in a smaller cluster. Default 3.
+	OffsetsReplicationFactor int
+}
+
+// errNodeConfig reports a bad NodeOptions.
+func errNodeConfig(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
+
+// netCluster is a networked node's cluster: the quorum member, the
+// controller client its replica.Node uses, and the metadata follower.
+type netCluster struct {
+	b           *Broker
+	opts        NodeOptions
+	q           *controller.Quorum
+	incarnation string
+	epoch       atomic.Int64 // this incarnation's broker epoch, 0 before registration
+
+	// ready is closed once the node has registered and applied its own
+	// registration: from then on it acts on the metadata it applies.
+	ready chan struct{}
+
+	mu        sync.Mutex
+	delivered map[TopicPartition]replica.PartitionState // the last state handed to the node per replica
+	ids       map[TopicPartition]string                 // topic id of each replica, to notice a re-created topic
+	loading   map[int32]bool                            // offsets partitions this node leads: true while loading
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// openNetNode makes b a node of the cluster opts.Node describes. The data
+// directory must be empty, or a cluster node's of this node id and cluster.
+func (b *Broker) openNetNode() error {
+	no := *b.opts.Node
+	if no.Remote == nil || len(no.Voters) == 0 {
+		return errNodeConfig("a cluster node needs Voters and a Remote")
+	}
+	if b.opts.Cluster != nil {
+		return errNodeConfig("Options.Cluster (in-process) and Options.Node (networked) exclude each other")
+	}
+	if no.SessionTimeout <= 0 {
+		no.SessionTimeout = 2 * time.Second
+	}
+	if no.HeartbeatInterval <= 0 {
+		no.HeartbeatInterval = no.SessionTimeout / 4
+	}
+	if no.ReplicaLagTime <= 0 {
+		no.ReplicaLagTime = 10 * time.Second
+	}
+	if no.OffsetsReplicationFactor <= 0 {
+		no.OffsetsReplicationFactor = 3
+	}
+	if no.OpenStores == nil {
+		no.OpenStores = func(dir string) (controller.Stores, error) {
+			return controller.OpenStores(dir, b.logger)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(b.dir, registryFile)); err == nil {
+		return errNodeConfig("%s holds a standalone broker's topics (%s): a cluster node needs an empty data directory or a cluster node's", b.dir, registryFile)
+	}
+	cid := no.ClusterID
+	mp, err := readMetaProperties(b.dir)
+	switch {
+	case err == nil:
+		if mp.nodeID >= 0 && mp.nodeID != b.opts.NodeID {
+			return errNodeConfig("%s belongs to node %d, not node %d: give each node its own data directory (or start it with --node-id %d)", b.dir, mp.nodeID, b.opts.NodeID, mp.nodeID)
+		}
+		if cid != "" && mp.clusterID != cid {
+			return errNodeConfig("%s belongs to cluster %s, not %s: move it away to join this cluster", b.dir, mp.clusterID, cid)
+		}
+		cid = mp.clusterID
+	case !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	var inc [16]byte
+	_, _ = rand.Read(inc[:])
+	nc := &netCluster{b: b, opts: no, incarnation: hex.EncodeToString(inc[:]), ready: make(chan struct{}),
+		delivered: map[TopicPartition]replica.PartitionState{}, ids: map[TopicPartition]string{}, loading: map[int32]bool{}}
+	nc.ctx, nc.cancel = context.WithCancel(context.Background())
+	q, err := controller.Open(controller.Config{
+		NodeID: b.opts.NodeID, Dir: b.dir, Voters: no.Voters, Addr: no.ControllerAddr, ClusterID: cid,
+		OnClusterID: func(id string) error {
+			return writeMetaProperties(b.dir, metaProperties{clusterID: id, nodeID: b.opts.NodeID})
+		},
+		OpenStores: no.OpenStores, SessionTimeout: no.SessionTimeout, ElectionTimeout: no.ElectionTimeout, Logger: b.logger,
+	})
+	if err != nil {
+		return err
+	}
+	nc.q = q
+	b.nc = nc
+	b.cl = nc
+	b.replicas = map[TopicPartition]*partition.Partition{}
+	b.pids = &producerIDs{
+		reserve: func(ctx context.Context, _ int64) (int64, error) {
+			var first int64
+			err := nc.call(ctx, func() (err error) {
+				first, err = q.AllocateProducerIDs(ctx, b.opts.NodeID, nc.epoch.Load())
+				return err
+			}, func(addr string) (err error) {
+				first, err = no.Remote.AllocateProducerIDs(ctx, addr, b.opts.NodeID, nc.epoch.Load())
+				return err
+			})
+			return first, err
+		},
+		issuedBelow: func() int64 { return q.Image().NextProducerID() },
+	}
+	node, err := replica.NewNode(replica.NodeConfig{
+		ID: b.opts.NodeID, Controller: (*netController)(nc), Network: no.Remote, Open: b.openNetReplica,
+		ReplicaLagTime: no.ReplicaLagTime, HeartbeatInterval: no.HeartbeatInterval,
+		FetchMaxWait: no.FetchMaxWait, FetchBackoff: no.FetchBackoff,
+		OnRoleChange: nc.roleChanged, Logger: b.logger,
+	})
+	if err != nil {
+		q.Close()
+		return err
+	}
+	b.node = node
+	nc.wg.Add(1)
+	go nc.run()
+	return nil
+}
+
+// run registers the node (retrying until a controller answers) and then
+// follows the metadata log, handing each of its replicas its states.
+func (nc *netCluster) run() {
+	defer nc.wg.Done()
+	b := nc.b
+	for nc.ctx.Err() == nil {
+		err := b.node.Start(nc.ctx)
+		if err == nil {
+			break
+		}
+		if nc.ctx.Err() == nil {
+			b.logger.Info("registering with the controller", "err", err)
+			sleepCtx(nc.ctx, 200*time.Millisecond)
+		}
+	}
+	if nc.ctx.Err() != nil {
+		return
+	}
+	first := true
+	for {
+		ch := nc.q.Changed()
+		im := nc.q.Image()
+		if me, ok := im.Broker(b.opts.NodeID); ok && me.Epoch == nc.epoch.Load() {
+			if first {
+				first = false
+				nc.removeStrays(im)
+				close(nc.ready)
+				b.logger.Info("caught up with the cluster's metadata", "broker_epoch", me.Epoch, "metadata_index", im.Index())
+			}
+			nc.publish(im)
+		}
+		select {
+		case <-ch:
+		case <-nc.ctx.Done():
+			return
+		}
+	}
+}
+
+// publish hands the node every state of its replicas that changed, and
+// removes replicas of deleted (or re-created) topics.
+func (nc *netCluster) publish(im *controller.Image) {
+	self := nc.b.opts.NodeID
+	seen := map[TopicPartition]bool{}
+	for _, name := range im.Topics() {
+		t, _ := im.Topic(name)
+		for _, st := range t.Partitions {
+			if !st.HasReplica(self) {
+				continue
+			}
+			tp := TopicPartition{Topic: name, Partition: st.Partition}
+			seen[tp] = true
+			nc.mu.Lock()
+			prev, had := nc.delivered[tp]
+			if had && nc.ids[tp] != t.ID {
+				nc.mu.Unlock()
+				nc.remove(tp) // the topic was deleted and created again
+				nc.mu.Lock()
+				had = false
+			}
+			nc.mu.Unlock()
+			if had && !st.NewerThan(prev) {
+				continue
+			}
+			nc.b.node.UpdatePartition(st)
+			nc.mu.Lock()
+			nc.delivered[tp] = st
+			nc.ids[tp] = t.ID
+			nc.mu.Unlock()
+		}
+	}
+	nc.mu.Lock()
+	var gone []TopicPartition
+	for tp := range nc.delivered {
+		if !seen[tp] {
+			gone = append(gone, tp)
+		}
+	}
+	nc.mu.Unlock()
+	for _, tp := range gone {
+		nc.remove(tp)
+	}
+}
+
+// remove stops, closes and deletes this node's replica of a partition.
+func (nc *netCluster) remove(tp TopicPartition) {
+	b := nc.b
+	p := b.node.Remove(tp.Topic, tp.Partition)
+	nc.mu.Lock()
+	delete(nc.delivered, tp)
+	delete(nc.ids, tp)
+	nc.mu.Unlock()
+	b.rmu.Lock()
+	if p == nil {
+		p = b.replicas[tp]
+	}
+	delete(b.replicas, tp)
+	b.rmu.Unlock()
+	if p == nil {
+		return
+	}
+	dir := p.Dir()
+	if err := p.Close(); err != nil {
+		b.logger.Warn("closing a deleted topic's replica", "topic", tp.Topic, "partition", tp.Partition, "err", err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		b.logger.Warn("deleting a deleted topic's replica", "dir", dir, "err", err)
+		return
+	}
+	b.logger.Info("deleted the replica of a deleted topic", "topic", tp.Topic, "partition", tp.Partition)
+}
+
+// removeStrays deletes partition directories the metadata no longer
+// places on this node (topics deleted, or replicas moved, while it was
+// down). It runs once the node has applied its own registration, so the
+// image is at least as new as any deletion before it.
+func (nc *netCluster) removeStrays(im *controller.Image) {
+	b := nc.b
+	for _, name := range b.partitionDirs() {
+		tn, n, _ := parsePartitionDir(name)
+		dir := filepath.Join(b.dir, name)
+		if tn == controller.MetadataTopic {
+			continue
+		}
+		id, err := readPartitionMeta(dir)
+		t, ok := im.Topic(tn)
+		if ok && err == nil && id.String() == t.ID && int(n) < len(t.Partitions) && t.Partitions[n].HasReplica(b.opts.NodeID) {
+			continue
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			b.logger.Warn("partition directory without readable metadata; leaving it", "dir", dir, "err", err)
+			continue
+		}
+		b.logger.Info("removing a partition directory the cluster no longer places here", "dir", dir)
+		if err := os.RemoveAll(dir); err != nil {
+			b.logger.Warn("removing a stray partition directory", "dir", dir, "err", err)
+		}
+	}
+}
+
+// openNetReplica opens this node's replica of a partition the metadata
+// places here, in <data>/<topic>-<n> with the topic's id recorded.
+func (b *Broker) openNetReplica(st replica.PartitionState) (*partition.Partition, replica.Config, error) {
+	t, ok := b.nc.q.Image().Topic(st.Topic)
+	if !ok {
+		return nil, replica.Config{}, fmt.Errorf("%w: %q", ErrUnknownTopic, st.Topic)
+	}
+	own, err := decodeTopicSpec(replica.TopicSpec{Name: t.Name, Partitions: len(t.Partitions), Config: t.Config, UncleanLeaderElection: t.Unclean})
+	if err != nil {
+		return nil, replica.Config{}, err
+	}
+	id, err := ParseTopicID(t.ID)
+	if err != nil {
+		return nil, replica.Config{}, err
+	}
+	cfg := b.effective(own)
+	dir := partitionDir(b.dir, st.Topic, st.Partition)
+	if old, err := readPartitionMeta(dir); err == nil && old != id {
+		// A replica of an earlier topic of that name, deleted while this
+		// node was down: nothing in it belongs to the new topic.
+		b.logger.Info("removing the replica of an earlier topic of the same name", "dir", dir, "old_id", old, "id", id)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, replica.Config{}, err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, replica.Config{}, err
+	}
+	if _, err := readPartitionMeta(dir); errors.Is(err, os.ErrNotExist) {
+		if err := writePartitionMeta(dir, id); err != nil {
+			return nil, replica.Config{}, err
+		}
+	} else if err != nil {
+		return nil, replica.Config{}, err
+	}
+	lo := b.logOptions(cfg)
+	if st.Topic == OffsetsTopic {
+		lo.IndexMaxBytes = offsetsTopicIndexBytes
+	}
+	b.rmu.Lock()
+	defer b.rmu.Unlock()
+	if b.replicas == nil {
+		return nil, replica.Config{}, ErrClosed
+	}
+	tp := TopicPartition{Topic: st.Topic, Partition: st.Partition}
+	if p := b.replicas[tp]; p != nil {
+		return p, replica.Config{MinInSyncReplicas: cfg.MinInSyncReplicas}, nil
+	}
+	p, err := partition.Open(dir, st.Topic, st.Partition, partition.Options{Log: lo, Replicated: true})
+	if err != nil {
+		return nil, replica.Config{}, err
+	}
+	b.replicas[tp] = p
+	return p, replica.Config{MinInSyncReplicas: cfg.MinInSyncReplicas}, nil
+}
+
+// call runs an operation at the active controller: local when this node
+// is it, else remote at the controller's address; while no controller is
+// known, or the one asked is no longer it, it waits and tries again until
+// ctx ends.
+func (nc *netCluster) call(ctx context.Context, local func() error, remote func(addr string) error) error {
+	backoff := 10 * time.Millisecond
+	for {
+		var err error
+		id, addr := nc.q.Leader()
+		switch {
+		case nc.q.Active():
+			err = local()
+		case id >= 0 && id != nc.b.opts.NodeID:
+			err = remote(addr)
+		default:
+			err = &controller.NotControllerError{Leader: -1}
+		}
+		var nce *controller.NotControllerError
+		if !errors.As(err, &nce) && !errors.Is(err, replica.ErrUnreachable) {
+			return err
+		}
+		if noForward(ctx) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+		case <-nc.q.Changed():
+		case <-t.C:
+		}
+		t.Stop()
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+}
+
+// netController is the replica.Controller of a networked node: its calls
+// go to the active controller through netCluster.call; partition states
+// reach the node from the metadata log (netCluster.publish), not from it.
+type netController netCluster
+
+// Register implements replica.Controller.
+func (c *netController) Register(ctx context.Context, id int32, _ replica.Member) (int64, error) {
+	nc := (*netCluster)(c)
+	reg := controller.Registration{BrokerID: id, ClusterID: nc.q.ClusterID(), IncarnationID: nc.incarnation,
+		Kafka: controller.Endpoint{Host: nc.opts.AdvertisedHost, Port: nc.opts.AdvertisedPort}, Rack: nc.opts.Rack}
+	if !nc.q.Voter() {
+		reg.Controller = nc.q.Addr()
+	}
+	var epoch int64
+	err := nc.call(ctx, func() (err error) {
+		epoch, err = nc.q.RegisterBroker(ctx, reg)
+		return err
+	}, func(addr string) (err error) {
+		epoch, err = nc.opts.Remote.RegisterBroker(ctx, addr, reg)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	nc.epoch.Store(epoch)
+	// Unfence at once, rather than at the next heartbeat, once this node
+	// has applied its registration.
+	if err := nc.q.WaitIndex(ctx, uint64(epoch)); err == nil {
+		c.Heartbeat(ctx, id, epoch)
+	}
+	return epoch, nil
+}
+
+// Heartbeat implements replica.Controller. A refusal of this incarnation
+// is replica.ErrStaleState, on which the node registers again.
+func (c *netController) Heartbeat(ctx context.Context, id int32, brokerEpoch int64) error {
+	_, err := c.heartbeat(ctx, controller.Heartbeat{BrokerID: id, BrokerEpoch: brokerEpoch})
+	return err
+}
+
+func (c *netController) heartbeat(ctx context.Context, h controller.Heartbeat) (controller.HeartbeatResult, error) {
+	nc := (*netCluster)(c)
+	h.MetadataIndex = nc.q.Image().Index()
+	var res controller.HeartbeatResult
+	err := nc.call(ctx, func() (err error) {
+		res, err = nc.q.BrokerHeartbeat(ctx, h)
+		return err
+	}, func(addr string) (err error) {
+		res, err = nc.opts.Remote.BrokerHeartbeat(ctx, addr, h)
+		return err
+	})
+	if errors.Is(err, controller.ErrStaleBrokerEpoch) {
+		err = fmt.Errorf("%w: %w", replica.ErrStaleState, err)
+	}
+	return res, err
+}
+
+// Shutdown implements replica.Controller: a controlled shutdown, heartbeats
+// asking for it until the controller has moved every leadership away.
+func (c *netController) Shutdown(ctx context.Context, id int32, brokerEpoch int64) error {
+	nc := (*netCluster)(c)
+	for {
+		res, err := c.heartbeat(ctx, controller.Heartbeat{BrokerID: id, BrokerEpoch: brokerEpoch, WantShutdown: true})
+		if err != nil {
+			return err
+		}
+		if res.ShouldShutdown {
+			// Let the image here show it too, so that this node's replicas
+			// are followers when it stops.
+			ctx2, cancel := context.WithTimeout(ctx, time.Second)
+			for nc.q.Image().Leads(id) > 0 && ctx2.Err() == nil {
+				select {
+				case <-nc.q.Changed():
+				case <-ctx2.Done():
+				}
+			}
+			cancel()
+			return nil
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// AlterPartition implements replica.Controller.
+func (c *netController) AlterPartition(ctx context.Context, req replica.AlterPartitionRequest) (replica.PartitionState, error) {
+	nc := (*netCluster)(c)
+	var st replica.PartitionState
+	err := nc.call(ctx, func() (err error) {
+		st, err = nc.q.AlterPartition(ctx, req)
+		return err
+	}, func(addr string) (err error) {
+		st, err = nc.opts.Remote.AlterPartition(ctx, addr, req)
+		return err
+	})
+	return st, err
+}
+
+// CreateTopic implements replica.Controller; brokers create topics through
+// Broker.CreateTopic instead.
+func (c *netController) CreateTopic(ctx context.Context, spec replica.TopicSpec) ([]replica.PartitionState, error) {
+	return nil, fmt.Errorf("spool: CreateTopic through the replica layer: %w", errors.ErrUnsupported)
+}
+
+// Topic implements replica.Controller from the node's image.
+func (c *netController) Topic(ctx context.Context, name string) (replica.TopicSpec, []replica.PartitionState, error) {
+	return (*netCluster)(c).topic(ctx, name)
+}
+
+// ElectPreferredLeaders implements replica.Controller.
+func (c *netController) ElectPreferredLeaders(ctx context.Context) (int, error) {
+	nc := (*netCluster)(c)
+	var n int
+	err := nc.call(ctx, func() (err error) {
+		n, err = nc.q.ElectPreferredLeaders(ctx)
+		return err
+	}, func(string) error {
+		return fmt.Errorf("spool: preferred election from a broker that is not the controller: %w", errors.ErrUnsupported)
+	})
+	return n, err
+}
+
+// The clusterBackend of a networked node.
+
+func (nc *netCluster) join(b *Broker) error { return nil } // openNetNode did it
+
+// leave moves the node's leaderships away (a controlled shutdown), hands
+// the controller's leadership to another voter, and stops the quorum
+// member and the replicas.
+func (nc *netCluster) leave(b *Broker) error {
+	var errs []error
+	errs = append(errs, b.node.Close())
+	nc.cancel()
+	nc.wg.Wait()
+	if nc.q.Active() {
+		nc.q.TransferLeadership()
+	}
+	errs = append(errs, nc.q.Close())
+	b.rmu.Lock()
+	for _, p := range b.replicas {
+		errs = append(errs, p.Close())
+	}
+	b.replicas = nil
+	b.rmu.Unlock()
+	return errors.Join(errs...)
+}
+
+func (nc *netCluster) topic(ctx context.Context, name string) (replica.TopicSpec, []replica.PartitionState, error) {
+	t, ok := nc.q.Image().Topic(name)
+	if !ok {
+		return replica.TopicSpec{}, nil, fmt.Errorf("%w: %q", replica.ErrUnknownTopic, name)
+	}
+	spec := replica.TopicSpec{Name: name, Partitions: len(t.Partitions), Config: slices.Clone([]byte(t.Config)), UncleanLeaderElection: t.Unclean}
+	if len(t.Partitions) > 0 {
+		spec.ReplicationFactor = len(t.Partitions[0].Replicas)
+	}
+	states := make([]replica.PartitionState, len(t.Partitions))
+	for i, st := range t.Partitions {
+		states[i] = st.Clone()
+	}
+	return spec, states, nil
+}
+
+func (nc *netCluster) topicNames() []string { return nc.q.Image().Topics() }
+
+func (nc *netCluster) replicatesOffsets() bool { return true }
+
+func (nc *netCluster) createTopic(ctx context.Context, name string, own, eff TopicConfig) error {
+	data, err := encodeTopicSpec(own)
+	if err != nil {
+		return err
+	}
+	req := controller.TopicRequest{Name: name, Partitions: int(eff.Partitions), ReplicationFactor: eff.ReplicationFactor,
+		Config: data, Unclean: eff.UncleanLeaderElection, MinISR: eff.MinInSyncReplicas}
+	var index uint64
+	err = nc.call(ctx, func() error {
+		_, err := nc.q.CreateTopic(ctx, req)
+		index = nc.q.Image().Index()
+		return err
+	}, func(addr string) error {
+		fwd := own
+		fwd.Partitions, fwd.ReplicationFactor = eff.Partitions, eff.ReplicationFactor
+		return nc.b.opts.Node.Remote.CreateTopic(ctx, addr, name, fwd)
+	})
+	if err != nil {
+		return err
+	}
+	// Answer once this node's image has the topic, so that what the caller
+	// does next here (metadata, produce) sees it.
+	for index == 0 || nc.q.Image().Index() < index {
+		if _, ok := nc.q.Image().Topic(name); ok {
+			return nil
+		}
+		select {
+		case <-nc.q.Changed():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (nc *netCluster) deleteTopic(ctx context.Context, name string) error {
+	return nc.call(ctx, func() error { return nc.q.DeleteTopic(ctx, name) },
+		func(addr string) error { return nc.opts.Remote.DeleteTopic(ctx, addr, name) })
+}
+
+func (nc *netCluster) createPartitions(ctx context.Context, name string, total int32) error {
+	return nc.call(ctx, func() error { return nc.q.CreatePartitions(ctx, name, int(total)) },
+		func(addr string) error { return nc.opts.Remote.CreatePartitions(ctx, addr, name, total) })
+}
+
+func (nc *netCluster) alterTopicConfig(ctx context.Context, name string, alter func(own TopicConfig) (TopicConfig, error)) error {
+	for attempt := 0; ; attempt++ {
+		t, ok := nc.q.Image().Topic(name)
+		if !ok {
+			return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
+		}
+		cur, err := decodeTopicSpec(replica.TopicSpec{Name: name, Config: t.Config, UncleanLeaderElection: t.Unclean})
+		if err != nil {
+			return err
+		}
+		cur.Partitions, cur.ReplicationFactor = 0, 0
+		next, err := alter(cur)
+		if err != nil {
+			return err
+		}
+		next.Partitions, next.ReplicationFactor = 0, 0
+		if err := nc.b.CheckTopicConfig(next); err != nil {
+			return err
+		}
+		eff := nc.b.effective(next)
+		if eff.MinInSyncReplicas > len(t.Partitions[0].Replicas) {
+			return fmt.Errorf("%w: min.insync.replicas %d > replication factor %d", ErrInvalidConfig, eff.MinInSyncReplicas, len(t.Partitions[0].Replicas))
+		}
+		data, err := encodeTopicSpec(next)
+		if err != nil {
+			return err
+		}
+		change := controller.TopicConfigChange{Name: name, BaseVersion: t.ConfigVersion, Config: data, Unclean: eff.UncleanLeaderElection, MinISR: eff.MinInSyncReplicas}
+		err = nc.call(ctx, func() error { return nc.q.AlterTopicConfig(ctx, change) },
+			func(addr string) error { return nc.opts.Remote.AlterTopicConfig(ctx, addr, name, next) })
+		if errors.Is(err, controller.ErrConfigChanged) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		nc.applyConfig(name)
+		return nil
+	}
+}
+
+// applyConfig reconfigures this node's replicas of a topic after its
+// settings changed (segment size and age, retention, compaction).
+func (nc *netCluster) applyConfig(name string) {
+	b := nc.b
+	t, ok := nc.q.Image().Topic(name)
+	if !ok {
+		return
+	}
+	own, err := decodeTopicSpec(replica.TopicSpec{Name: name, Config: t.Config})
+	if err != nil {
+		return
+	}
+	lo := b.logOptions(b.effective(own))
+	for _, p := range b.replicaPartitions() {
+		if p.Topic() == name {
+			if err := p.Log().Reconfigure(lo); err != nil {
+				b.logger.Warn("reconfiguring a replica", "topic", name, "partition", p.ID(), "err", err)
+			}
+		}
+	}
+}
+
+// leader is this node's replica of a partition if it leads it; otherwise a
+// *replica.NotLeaderError naming the leader the metadata knows.
+func (nc *netCluster) leader(ctx context.Context, topic string, n int32) (*replica.ReplicaSet, error) {
+	st, ok := nc.q.Image().Partition(topic, n)
+	if !ok {
+		if _, ok := nc.q.Image().Topic(topic); !ok {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+		}
+		return nil, fmt.Errorf("%w: %s-%d", ErrUnknownPartition, topic, n)
+	}
+	if st.Leader < 0 {
+		return nil, fmt.Errorf("%w: %s-%d", replica.ErrLeaderNotAvailable, topic, n)
+	}
+	if rs, ok := nc.b.node.ReplicaSet(topic, n); ok && rs.IsLeader() {
+		return rs, nil
+	}
+	return nil, &replica.NotLeaderError{Topic: topic, Partition: n, Broker: nc.b.opts.NodeID, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch}
+}
+
+// roleChanged loads or unloads the consumer groups of an offsets partition
+// as this node starts or stops leading it: a group's coordinator is the
+// leader of its offsets partition.
+func (nc *netCluster) roleChanged(topic string, p int32, leading bool, epoch int32) {
+	if topic != OffsetsTopic {
+		return
+	}
+	b := nc.b
+	n := nc.offsetsPartitions()
+	owns := func(g string) bool { return n > 0 && offsetsPartitionFor(g, n) == p }
+	if !leading {
+		nc.mu.Lock()
+		delete(nc.loading, p)
+		nc.mu.Unlock()
+		if k := b.coord.Unload(owns); k > 0 {
+			b.logger.Info("no longer coordinating the groups of an offsets partition", "partition", p, "groups", k)
+		}
+		return
+	}
+	nc.mu.Lock()
+	nc.loading[p] = true
+	nc.mu.Unlock()
+	nc.wg.Add(1)
+	go func() {
+		defer nc.wg.Done()
+		b.coord.Unload(owns) // anything left from an earlier term
+		rs, ok := b.node.ReplicaSet(topic, p)
+		var err error
+		if ok {
+			err = b.loadOffsetsPartition(rs.Partition(), rs.Partition().EndOffset())
+		}
+		nc.mu.Lock()
+		defer nc.mu.Unlock()
+		if _, still := nc.loading[p]; !still {
+			return // lost the leadership meanwhile
+		}
+		if err != nil {
+			b.logger.Error("loading committed offsets", "partition", p, "err", err)
+			delete(nc.loading, p)
+			return
+		}
+		nc.loading[p] = false
+		b.logger.Info("coordinating the groups of an offsets partition", "partition", p, "leader_epoch", epoch)
+	}()
+}
+
+// offsetsPartitions is the partition count of __consumer_offsets (0 while
+// it does not exist).
+func (nc *netCluster) offsetsPartitions() int32 {
+	t, ok := nc.q.Image().Topic(OffsetsTopic)
+	if !ok {
+		return 0
+	}
+	return int32(len(t.Partitions))
+}
+
+// coordinator reports which broker coordinates a group - the leader of its
+// offsets partition - creating the offsets topic first if needed, and
+// whether that is this node with the group loaded.
+func (nc *netCluster) coordinator(ctx context.Context, groupID string) (int32, error) {
+	n := nc.offsetsPartitions()
+	if n == 0 {
+		if err := nc.b.createOffsetsTopic(ctx); err != nil {
+			return -1, err
+		}
+		n = nc.offsetsPartitions()
+		if n == 0 {
+			return -1, fmt.Errorf("%w: %s is being created", ErrCoordinatorNotAvailable, OffsetsTopic)
+		}
+	}
+	st, _ := nc.q.Image().Partition(OffsetsTopic, offsetsPartitionFor(groupID, n))
+	if st.Leader < 0 {
+		return -1, fmt.Errorf("%w: %s-%d has no leader", ErrCoordinatorNotAvailable, OffsetsTopic, st.Partition)
+	}
+	return st.Leader, nil
+}
+
+// checkCoordinator reports whether this node coordinates a group now.
+func (nc *netCluster) checkCoordinator(groupID string) error {
+	n := nc.offsetsPartitions()
+	if n == 0 {
+		return fmt.Errorf("%w: %s does not exist yet", ErrNotCoordinator, OffsetsTopic)
+	}
+	p := offsetsPartitionFor(groupID, n)
+	nc.mu.Lock()
+	loading, leads := nc.loading[p]
+	nc.mu.Unlock()
+	switch {
+	case !leads:
+		return fmt.Errorf("%w: broker %d does not lead %s-%d", ErrNotCoordinator, nc.b.opts.NodeID, OffsetsTopic, p)
+	case loading:
+		return fmt.Errorf("%w: %s-%d", ErrCoordinatorLoadInProgress, OffsetsTopic, p)
+	}
+	return nil
+}
+
+// createOffsetsTopic creates __consumer_offsets in the cluster with
+// OffsetsReplicationFactor replicas (fewer in a smaller cluster: as many as
+// there are voters or registered brokers, whichever is more).
+func (b *Broker) createOffsetsTopic(ctx context.Context) error {
+	nc := b.nc
+	im := nc.q.Image()
+	size := max(len(nc.opts.Voters), len(im.Brokers()))
+	rf := min(nc.opts.OffsetsReplicationFactor, size)
+	err := b.cl.createTopic(ctx, OffsetsTopic, offsetsTopicConfig(b.opts.OffsetsTopicPartitions, rf), b.effective(offsetsTopicConfig(b.opts.OffsetsTopicPartitions, rf)))
+	switch {
+	case errors.Is(err, replica.ErrTopicExists):
+		return nil
+	case errors.Is(err, replica.ErrNotEnoughBrokers):
+		return fmt.Errorf("%w: %v", ErrCoordinatorNotAvailable, err)
+	}
+	return err
+}
+
+// Errors of group coordination in a cluster (package transport maps them
+// to NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS and
+// COORDINATOR_NOT_AVAILABLE).
+var (
+	ErrNotCoordinator            = errors.New("spool: not the group's coordinator")
+	ErrCoordinatorLoadInProgress = errors.New("spool: the group's coordinator is loading its offsets")
+	ErrCoordinatorNotAvailable   = errors.New("spool: the group's coordinator is not available")
+)
+
+// noForwardKey marks a context whose controller operations must not be
+// forwarded to another node.
+type noForwardKey struct{}
+
+// ControllerOnly returns a context for operations that must run on this
+// node's controller: a node that is not the active controller answers them
+// with a *controller.NotControllerError instead of forwarding them. Package
+// transport uses it for requests forwarded to this node by others, so that
+// a request is never forwarded twice.
+func ControllerOnly(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noForwardKey{}, true)
+}
+
+func noForward(ctx context.Context) bool { v, _ := ctx.Value(noForwardKey{}).(bool); return v }
+
+// Quorum is the node's member of the controller quorum (nil on a broker
+// that is not a networked cluster node), for package transport to serve
+// Raft connections and controller requests.
+func (b *Broker) Quorum() *controller.Quorum {
+	if b.nc == nil {
+		return nil
+	}
+	return b.nc.q
+}
+
+// ReplicaNode is the broker's replication (nil on a standalone broker),
+// for package transport to serve other brokers' followers.
+func (b *Broker) ReplicaNode() *replica.Node { return b.node }
