@@ -3,11 +3,13 @@ package transport
 import (
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/replica"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -112,6 +114,9 @@ func produce(c *conn, req *request, body *kmsg.ProduceRequest) (kmsg.Response, e
 		wg.Wait()
 	}
 
+	if c.s.b.Quorum() != nil && req.version >= 10 {
+		resp.Brokers = c.leaderEndpoints(resp)
+	}
 	if body.Acks == 0 {
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
@@ -148,6 +153,10 @@ func (c *conn) producePartition(req *request, pp producePart) {
 	out := pp.out
 	if pp.topic == spool.OffsetsTopic {
 		setProduceError(req.version, out, errInvalidTopicException, "cannot produce to an internal topic")
+		return
+	}
+	if c.s.b.Quorum() != nil {
+		c.produceClustered(req, pp)
 		return
 	}
 	// An unknown topic is answered before the records are looked at, as
@@ -301,4 +310,84 @@ func produceErrorCode(err error) int16 {
 		return errNotLeaderOrFollower
 	}
 	return errorCode(err)
+}
+
+// produceClustered is producePartition on a cluster node: the batch goes to
+// the partition's leader replica, which must be this node, and waits as
+// the request's acks say (acks=all: for the in-sync replicas, up to the
+// request's timeout). A node that does not lead the partition answers
+// NOT_LEADER_OR_FOLLOWER with the leader it knows (KIP-951, v10+).
+func (c *conn) produceClustered(req *request, pp producePart) {
+	out := pp.out
+	body := req.body.(*kmsg.ProduceRequest)
+	var b record.Batch
+	var code int16
+	var msg string
+	if req.version < 3 {
+		b, code, msg = upConvert(pp.in.Records)
+	} else {
+		b, code, msg = parseProduceBatch(req.version, pp.in.Records)
+	}
+	if code != errNone {
+		setProduceError(req.version, out, code, msg)
+		return
+	}
+	opts := spool.ProduceOptions{Acks: spool.AcksAll, Timeout: time.Duration(body.TimeoutMillis) * time.Millisecond}
+	switch body.Acks {
+	case 0:
+		opts.Acks = spool.AcksNone
+	case 1:
+		opts.Acks = spool.AcksLeader
+	}
+	base, err := c.s.b.ProduceBatch(c.ctx, pp.topic, out.Partition, b, opts)
+	if errors.Is(err, spool.ErrUnknownTopic) && c.s.b.AutoCreateTopics() {
+		if cerr := c.s.b.CreateTopic(c.ctx, pp.topic, spool.TopicConfig{}); cerr == nil || errors.Is(cerr, spool.ErrTopicExists) {
+			base, err = c.s.b.ProduceBatch(c.ctx, pp.topic, out.Partition, b, opts)
+		} else {
+			err = cerr
+		}
+	}
+	if err != nil {
+		setProduceError(req.version, out, produceErrorCode(err), err.Error())
+		var nl *replica.NotLeaderError
+		if errors.As(err, &nl) && req.version >= 10 {
+			out.CurrentLeader.LeaderID, out.CurrentLeader.LeaderEpoch = nl.Leader, nl.LeaderEpoch
+		}
+		return
+	}
+	out.BaseOffset = base
+	out.LogAppendTime = -1
+	if d, err := c.s.b.LeaderPartition(pp.topic, out.Partition, -1); err == nil {
+		out.LogStartOffset = d.StartOffset()
+	}
+}
+
+// leaderEndpoints are the addresses of the leaders named in a produce
+// response's NOT_LEADER_OR_FOLLOWER answers (KIP-951's NodeEndpoints).
+func (c *conn) leaderEndpoints(resp *kmsg.ProduceResponse) []kmsg.ProduceResponseBroker {
+	want := map[int32]bool{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode == errNotLeaderOrFollower && p.CurrentLeader.LeaderID >= 0 {
+				want[p.CurrentLeader.LeaderID] = true
+			}
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	info, _ := c.s.b.Cluster()
+	var out []kmsg.ProduceResponseBroker
+	for _, br := range info.Brokers {
+		if want[br.ID] {
+			e := kmsg.NewProduceResponseBroker()
+			e.NodeID, e.Host, e.Port = br.ID, br.Host, br.Port
+			if br.Rack != "" {
+				rack := br.Rack
+				e.Rack = &rack
+			}
+			out = append(out, e)
+		}
+	}
+	return out
 }

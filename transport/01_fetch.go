@@ -85,6 +85,9 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 		resp.ErrorCode = errFetchSessionIDNotFound
 		return encoded(resp), nil
 	}
+	if c.isReplicaFetch(body, req.version) {
+		return c.serveReplicaFetch(req, body)
+	}
 
 	parts := make([]fetchPart, 0, fetchPartitions(body))
 	for ti := range body.Topics {
@@ -92,7 +95,7 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 		for pi := range rt.Partitions {
 			rp := &rt.Partitions[pi]
 			fp := fetchPart{req: rp}
-			p, err := c.s.b.Partition(rt.Topic, rp.Partition)
+			p, err := c.s.b.LeaderPartition(rt.Topic, rp.Partition, -1)
 			switch {
 			case err != nil:
 				fp.code = fetchErrorCode(err)

@@ -79,7 +79,7 @@ func listOffsets(c *conn, req *request, body *kmsg.ListOffsetsRequest) (kmsg.Res
 					continue
 				}
 			}
-			p, err := c.s.b.Partition(rt.Topic, rp.Partition)
+			p, err := c.s.b.LeaderPartition(rt.Topic, rp.Partition, -1)
 			if err != nil {
 				out.ErrorCode = fetchErrorCode(err)
 				continue

@@ -15,13 +15,10 @@ func init() { register(kmsg.Metadata, 0, 13, metadata) }
 
 func metadata(c *conn, req *request, body *kmsg.MetadataRequest) (kmsg.Response, error) {
 	resp := kmsg.NewPtrMetadataResponse()
-	host, port := c.s.advertised()
-	node := c.s.opts.NodeID
-	resp.Brokers = []kmsg.MetadataResponseBroker{{NodeID: node, Host: host, Port: port}}
+	b := c.s.b
+	resp.Brokers, resp.ControllerID = c.s.brokers()
 	clusterID := c.s.ClusterID()
 	resp.ClusterID = &clusterID
-	resp.ControllerID = node
-	b := c.s.b
 
 	// v0: an empty list means every topic; v1+: a null one does.
 	if body.Topics == nil || req.version == 0 && len(body.Topics) == 0 {
@@ -93,17 +90,52 @@ func (c *conn) metadataByName(name string, autoCreate bool) kmsg.MetadataRespons
 
 func (c *conn) topicMetadata(d spool.TopicDescription) kmsg.MetadataResponseTopic {
 	node := c.s.opts.NodeID
+	_, clustered := c.s.b.Cluster()
 	t := kmsg.NewMetadataResponseTopic()
 	name := d.Name
 	t.Topic, t.TopicID, t.IsInternal = &name, d.ID, d.Internal
 	t.Partitions = make([]kmsg.MetadataResponseTopicPartition, 0, len(d.Partitions))
 	for _, p := range d.Partitions {
 		mp := kmsg.NewMetadataResponseTopicPartition()
-		mp.Partition, mp.Leader, mp.LeaderEpoch = p.Partition, node, p.LeaderEpoch
-		mp.Replicas, mp.ISR, mp.OfflineReplicas = []int32{node}, []int32{node}, []int32{}
+		mp.Partition, mp.LeaderEpoch = p.Partition, p.LeaderEpoch
+		if !clustered {
+			mp.Leader, mp.Replicas, mp.ISR, mp.OfflineReplicas = node, []int32{node}, []int32{node}, []int32{}
+		} else {
+			mp.Leader, mp.Replicas, mp.ISR, mp.OfflineReplicas = p.Leader, p.Replicas, p.ISR, p.OfflineReplicas
+			if p.Leader < 0 {
+				mp.ErrorCode = errLeaderNotAvailable
+			}
+		}
 		t.Partitions = append(t.Partitions, mp)
 	}
 	return t
+}
+
+// brokers are the brokers clients are told of, and the controller id they
+// see: this node alone on a standalone broker; in a cluster every live
+// broker, and the active controller (any live broker while there is none:
+// clients send it only administration, which every broker forwards).
+func (s *Server) brokers() ([]kmsg.MetadataResponseBroker, int32) {
+	info, ok := s.b.Cluster()
+	if !ok {
+		host, port := s.advertised()
+		return []kmsg.MetadataResponseBroker{{NodeID: s.opts.NodeID, Host: host, Port: port}}, s.opts.NodeID
+	}
+	out := make([]kmsg.MetadataResponseBroker, 0, len(info.Brokers))
+	ctrl := int32(-1)
+	for _, br := range info.Brokers {
+		mb := kmsg.NewMetadataResponseBroker()
+		mb.NodeID, mb.Host, mb.Port = br.ID, br.Host, br.Port
+		if br.Rack != "" {
+			rack := br.Rack
+			mb.Rack = &rack
+		}
+		out = append(out, mb)
+		if br.ID == info.Controller || ctrl < 0 {
+			ctrl = br.ID
+		}
+	}
+	return out, ctrl
 }
 
 // topicByID finds a topic by its ID.

@@ -1,8 +1,13 @@
 package transport
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/spoolmq/spool"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
-// FindCoordinator v0-v6. This node coordinates every group. There are no
+// FindCoordinator v0-v6. A standalone node coordinates every group; in a
+// cluster a group's coordinator is the leader of its __consumer_offsets
+// partition (created when the first group asks). There are no
 // transactions, hence no transaction coordinator, and no share groups.
 //
 //   - v1 adds the key type (0 group, 1 transaction) and an error message.
@@ -29,8 +34,25 @@ func findCoordinator(c *conn, req *request, body *kmsg.FindCoordinatorRequest) (
 		var msg string
 		switch {
 		case body.CoordinatorType == coordinatorGroup:
-			co.NodeID, co.Host, co.Port = c.s.opts.NodeID, host, port
-			return co
+			if _, clustered := c.s.b.Cluster(); !clustered {
+				co.NodeID, co.Host, co.Port = c.s.opts.NodeID, host, port
+				return co
+			}
+			// In a cluster: the leader of the group's offsets partition.
+			id, err := c.s.b.GroupCoordinator(c.ctx, key)
+			if err == nil {
+				brokers, _ := c.s.brokers()
+				err = spool.ErrCoordinatorNotAvailable
+				for _, b := range brokers {
+					if b.NodeID == id {
+						co.NodeID, co.Host, co.Port, err = id, b.Host, b.Port, nil
+					}
+				}
+			}
+			if err == nil {
+				return co
+			}
+			co.ErrorCode, msg = errCoordinatorNotAvailable, err.Error()
 		case body.CoordinatorType == coordinatorTransaction:
 			co.ErrorCode, msg = errCoordinatorNotAvailable, "transactions are not supported"
 		case body.CoordinatorType == coordinatorShare && req.version >= 6:

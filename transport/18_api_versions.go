@@ -17,7 +17,7 @@ func apiVersions(c *conn, req *request, body *kmsg.ApiVersionsRequest) (kmsg.Res
 		resp.ErrorCode = errInvalidRequest
 		return resp, nil
 	}
-	resp.ApiKeys = advertised()
+	resp.ApiKeys = advertised(c.controller)
 	return resp, nil
 }
 

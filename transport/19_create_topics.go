@@ -48,6 +48,7 @@ func createTopics(c *conn, req *request, body *kmsg.CreateTopicsRequest) (kmsg.R
 func (c *conn) createTopic(rt *kmsg.CreateTopicsResponseTopic, t kmsg.CreateTopicsRequestTopic, validateOnly bool, version int16) error {
 	b := c.s.b
 	node := c.s.opts.NodeID
+	_, clustered := b.Cluster()
 	if err := spool.ValidTopicName(t.Topic); err != nil {
 		return err
 	}
@@ -77,6 +78,9 @@ func (c *conn) createTopic(rt *kmsg.CreateTopicsResponseTopic, t kmsg.CreateTopi
 				return &apiError{errInvalidReplicaAssignment, "Partitions should be consecutive, starting at 0, each assigned once"}
 			}
 			seen[a.Partition] = true
+			if clustered {
+				return &apiError{errInvalidReplicaAssignment, "spool places a topic's replicas itself: give a partition count and a replication factor"}
+			}
 			if len(a.Replicas) != 1 || a.Replicas[0] != node {
 				return &apiError{errInvalidReplicaAssignment, fmt.Sprintf("Partition %d: replicas %v; this cluster has one broker, %d", a.Partition, a.Replicas, node)}
 			}
@@ -87,12 +91,20 @@ func (c *conn) createTopic(rt *kmsg.CreateTopicsResponseTopic, t kmsg.CreateTopi
 	case t.NumPartitions <= 0:
 		return &apiError{errInvalidPartitions, "Number of partitions was set to an invalid non-positive value."}
 	}
+	rf := int16(1)
 	if len(t.ReplicaAssignment) == 0 {
-		switch rf := t.ReplicationFactor; {
+		brokers := 1
+		if info, ok := b.Cluster(); ok {
+			brokers = len(info.Brokers)
+		}
+		switch rf = t.ReplicationFactor; {
 		case rf == 0 || rf < -1:
 			return &apiError{errInvalidReplicationFactor, "Replication factor must be larger than 0, or -1 to use the default value."}
-		case rf > 1:
-			return &apiError{errInvalidReplicationFactor, fmt.Sprintf("Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only 1 broker(s) are registered.", rf, rf)}
+		case rf == -1:
+			rf = int16(max(b.TopicDefaults().ReplicationFactor, 1))
+		}
+		if int(rf) > brokers {
+			return &apiError{errInvalidReplicationFactor, fmt.Sprintf("Unable to replicate the partition %d time(s): The target replication factor of %d cannot be reached because only %d broker(s) are registered.", rf, rf, brokers)}
 		}
 	}
 
@@ -109,6 +121,9 @@ func (c *conn) createTopic(rt *kmsg.CreateTopicsResponseTopic, t kmsg.CreateTopi
 		return err
 	}
 	own.Partitions = partitions
+	if clustered {
+		own.ReplicationFactor = int(rf)
+	}
 	if err := b.CheckTopicConfig(own); err != nil {
 		return err
 	}
@@ -123,7 +138,7 @@ func (c *conn) createTopic(rt *kmsg.CreateTopicsResponseTopic, t kmsg.CreateTopi
 	if version < 5 {
 		return nil
 	}
-	rt.NumPartitions, rt.ReplicationFactor = partitions, 1
+	rt.NumPartitions, rt.ReplicationFactor = partitions, rf
 	if partitions == 0 {
 		rt.NumPartitions = defaults.Partitions
 	}
@@ -132,7 +147,7 @@ func (c *conn) createTopic(rt *kmsg.CreateTopicsResponseTopic, t kmsg.CreateTopi
 			rt.TopicID = d.ID
 		}
 	}
-	own.Partitions = 0
+	own.Partitions, own.ReplicationFactor = 0, 0
 	for _, v := range topicViews(own, defaults, b.Options().Topic) {
 		value := v.value
 		rt.Configs = append(rt.Configs, kmsg.CreateTopicsResponseTopicConfig{

@@ -38,7 +38,7 @@ func deleteRecords(c *conn, req *request, body *kmsg.DeleteRecordsRequest) (kmsg
 			if out.ErrorCode = topicCode; topicCode != errNone {
 				continue
 			}
-			p, err := c.s.b.Partition(rt.Topic, rp.Partition)
+			p, err := c.s.b.LeaderPartition(rt.Topic, rp.Partition, -1)
 			if err != nil {
 				out.ErrorCode = fetchErrorCode(err)
 				continue

@@ -38,7 +38,7 @@ func initProducerID(c *conn, req *request, body *kmsg.InitProducerIDRequest) (km
 		// Only one of the two given: Kafka's KafkaApis refuses it so.
 		resp.ErrorCode = errInvalidRequest
 		return resp, nil
-	case c.s.producers.issued(pid) && epoch < math.MaxInt16-1:
+	case c.s.b.ProducerIDIssued(pid) && epoch < math.MaxInt16-1:
 		// KIP-360: the producer keeps its id under a new epoch; the
 		// partitions then expect its sequences to restart at 0. (Kafka
 		// hands a non-transactional producer a new id instead; both
@@ -48,7 +48,7 @@ func initProducerID(c *conn, req *request, body *kmsg.InitProducerIDRequest) (km
 		resp.ProducerID, resp.ProducerEpoch = pid, epoch+1
 		return resp, nil
 	}
-	id, err := c.s.producers.allocate()
+	id, err := c.s.b.AllocateProducerID(c.ctx)
 	if err != nil {
 		c.s.logger.Warn("cannot allocate a producer id", "err", err)
 		resp.ErrorCode = errCoordinatorNotAvailable // retriable: the disk may recover

@@ -26,7 +26,11 @@ func offsetForLeaderEpoch(c *conn, req *request, body *kmsg.OffsetForLeaderEpoch
 			out.Default()
 			out.Partition = rp.Partition
 			out.LeaderEpoch, out.EndOffset = -1, -1
-			p, err := c.s.b.Partition(rt.Topic, rp.Partition)
+			if req.version >= 3 && body.ReplicaID >= 0 && c.s.b.ReplicaNode() != nil && c.s.b.Quorum() != nil {
+				c.replicaEndOffsetForEpoch(rt.Topic, rp, out, body.ReplicaID)
+				continue
+			}
+			p, err := c.s.b.LeaderPartition(rt.Topic, rp.Partition, -1)
 			if err != nil {
 				out.ErrorCode = fetchErrorCode(err)
 				continue

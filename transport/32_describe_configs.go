@@ -247,8 +247,21 @@ var topicKeys = []topicKey{
 	durationKey("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms",
 		"The least time a record stays uncompacted.", 0,
 		func(c *spool.TopicConfig) *time.Duration { return &c.MinCompactionLag }, false),
-	fixedKey("min.insync.replicas", "min.insync.replicas", kmsg.ConfigTypeInt, "1",
-		"The replicas that must have a record before an acks=all produce succeeds."),
+	{
+		name: "min.insync.replicas", broker: "min.insync.replicas", typ: kmsg.ConfigTypeInt,
+		doc: "The in-sync replicas that must have a record before an acks=all produce succeeds; with fewer in sync, " +
+			"such produce is refused. A standalone broker has one replica per partition: only 1 is allowed there.",
+		get:   func(c spool.TopicConfig) string { return strconv.Itoa(max(c.MinInSyncReplicas, 1)) },
+		isSet: func(c spool.TopicConfig) bool { return c.MinInSyncReplicas != 0 },
+		set: func(c *spool.TopicConfig, v string, _ spool.TopicConfig) error {
+			n, err := parseInt("min.insync.replicas", v, 1)
+			if err == nil {
+				c.MinInSyncReplicas = int(n)
+			}
+			return err
+		},
+		clear: func(c *spool.TopicConfig) { c.MinInSyncReplicas = 0 },
+	},
 	{
 		name: "retention.bytes", broker: "log.retention.bytes", typ: kmsg.ConfigTypeLong,
 		doc: "The size a partition's log is trimmed to by deleting old segments; -1: unlimited.",
@@ -292,8 +305,21 @@ var topicKeys = []topicKey{
 	durationKey("segment.ms", "log.roll.ms",
 		"The age at which a partition's active segment rolls.", 1,
 		func(c *spool.TopicConfig) *time.Duration { return &c.SegmentAge }, false),
-	fixedKey("unclean.leader.election.enable", "unclean.leader.election.enable", kmsg.ConfigTypeBoolean, "false",
-		"Whether a replica out of sync may become leader, losing records."),
+	{
+		name: "unclean.leader.election.enable", broker: "unclean.leader.election.enable", typ: kmsg.ConfigTypeBoolean,
+		doc:   "Whether a replica out of sync may become leader when no in-sync replica is left, losing the records only the old ISR held.",
+		get:   func(c spool.TopicConfig) string { return strconv.FormatBool(c.UncleanLeaderElection) },
+		isSet: func(c spool.TopicConfig) bool { return c.UncleanLeaderElection },
+		set: func(c *spool.TopicConfig, v string, _ spool.TopicConfig) error {
+			b, err := strconv.ParseBool(strings.ToLower(strings.TrimSpace(v)))
+			if err != nil || strings.TrimSpace(v) == "1" || strings.TrimSpace(v) == "0" {
+				return invalidValue("unclean.leader.election.enable", v, "Expected value to be either true or false")
+			}
+			c.UncleanLeaderElection = b
+			return nil
+		},
+		clear: func(c *spool.TopicConfig) { c.UncleanLeaderElection = false },
+	},
 }
 
 func topicKeyNamed(name string) (topicKey, bool) {

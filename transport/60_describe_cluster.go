@@ -2,8 +2,8 @@ package transport
 
 import "github.com/twmb/franz-go/pkg/kmsg"
 
-// DescribeCluster v0-2 (KIP-700): this node, the only broker and the
-// controller. v1 adds the endpoint type: this is a broker endpoint, so a
+// DescribeCluster v0-2 (KIP-700): the live brokers and the controller (on
+// a standalone broker, this node is both). v1 adds the endpoint type: this is a broker endpoint, so a
 // request for the controllers' (2) is MISMATCHED_ENDPOINT_TYPE, as Kafka
 // answers; v2 adds fenced brokers, of which there are none.
 func init() { register(kmsg.DescribeCluster, 0, 2, describeCluster) }
@@ -25,9 +25,11 @@ func describeCluster(c *conn, req *request, body *kmsg.DescribeClusterRequest) (
 		resp.ErrorMessage = &msg
 		return resp, nil
 	}
-	host, port := c.s.advertised()
 	resp.ClusterID = c.s.ClusterID()
-	resp.ControllerID = c.s.opts.NodeID
-	resp.Brokers = []kmsg.DescribeClusterResponseBroker{{NodeID: c.s.opts.NodeID, Host: host, Port: port}}
+	brokers, ctrl := c.s.brokers()
+	resp.ControllerID = ctrl
+	for _, b := range brokers {
+		resp.Brokers = append(resp.Brokers, kmsg.DescribeClusterResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
+	}
 	return resp, nil
 }

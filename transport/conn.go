@@ -28,6 +28,7 @@ type conn struct {
 	ctx    context.Context // cancelled when the connection goes
 	cancel context.CancelFunc
 
+	controller    bool   // on the controller listener: its APIs, never forwarded
 	authenticated bool   // SASL done (or not required)
 	saslMech      string // mechanism chosen in SaslHandshake
 	saslV0        bool   // SaslHandshake v0: raw tokens follow
@@ -164,7 +165,7 @@ func (c *conn) dispatch(req *request) (resp responseWriter, err error) {
 			resp, err = nil, fmt.Errorf("transport: panic: %v", r)
 		}
 	}()
-	h := handlers[req.key]
+	h, _ := c.handlerFor(req.key)
 	return h.serve(c, req)
 }
 
@@ -181,7 +182,7 @@ func (c *conn) parse(frame []byte) (*request, error) {
 		version:       int16(binary.BigEndian.Uint16(frame[2:])),
 		correlationID: int32(binary.BigEndian.Uint32(frame[4:])),
 	}
-	h, ok := handlers[req.key]
+	h, ok := c.handlerFor(req.key)
 	if !ok || h.serve == nil {
 		return req, fmt.Errorf("transport: unknown API key %d", req.key)
 	}

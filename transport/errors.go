@@ -5,9 +5,11 @@ import (
 	"errors"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/controller"
 	"github.com/spoolmq/spool/group"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/replica"
 )
 
 // Kafka error codes this package answers with (apache/kafka Errors.java).
@@ -78,6 +80,12 @@ const (
 	errTransactionalIDAuthorizationFailed int16 = 53
 	errFetchSessionIDNotFound             int16 = 70
 	errUnsupportedCompressionType         int16 = 76
+	errNotEnoughReplicasAfterAppend       int16 = 20
+	errStaleBrokerEpoch                   int16 = 77
+	errDuplicateBrokerRegistration        int16 = 101
+	errInconsistentClusterID              int16 = 104
+	errIneligibleReplica                  int16 = 107
+	errInvalidUpdateVersion               int16 = 108
 	errMismatchedEndpointType             int16 = 114 // KIP-919
 	errUnsupportedEndpointType            int16 = 115 // KIP-919
 )
@@ -88,6 +96,46 @@ func errorCode(err error) int16 {
 	switch {
 	case err == nil:
 		return errNone
+	case errors.As(err, new(*controller.NotControllerError)):
+		return errNotController
+	case errors.Is(err, replica.ErrNotLeader), errors.Is(err, replica.ErrClosed):
+		return errNotLeaderOrFollower
+	case errors.Is(err, replica.ErrLeaderNotAvailable):
+		return errLeaderNotAvailable
+	case errors.Is(err, replica.ErrFencedLeaderEpoch):
+		return errFencedLeaderEpoch
+	case errors.Is(err, replica.ErrUnknownLeaderEpoch):
+		return errUnknownLeaderEpoch
+	case errors.Is(err, replica.ErrNotEnoughReplicas):
+		return errNotEnoughReplicas
+	case errors.Is(err, replica.ErrNotEnoughReplicasAfterAppend):
+		return errNotEnoughReplicasAfterAppend
+	case errors.Is(err, replica.ErrTimedOut):
+		return errRequestTimedOut
+	case errors.Is(err, replica.ErrStaleState):
+		return errInvalidUpdateVersion
+	case errors.Is(err, replica.ErrIneligibleReplica):
+		return errIneligibleReplica
+	case errors.Is(err, replica.ErrUnknownTopic), errors.Is(err, replica.ErrUnknownPartition):
+		return errUnknownTopicOrPartition
+	case errors.Is(err, replica.ErrTopicExists):
+		return errTopicAlreadyExists
+	case errors.Is(err, replica.ErrNotEnoughBrokers):
+		return errInvalidReplicationFactor
+	case errors.Is(err, controller.ErrStaleBrokerEpoch):
+		return errStaleBrokerEpoch
+	case errors.Is(err, controller.ErrDuplicateRegistration):
+		return errDuplicateBrokerRegistration
+	case errors.Is(err, controller.ErrInconsistentClusterID):
+		return errInconsistentClusterID
+	case errors.Is(err, controller.ErrConfigChanged):
+		return errInvalidUpdateVersion
+	case errors.Is(err, spool.ErrNotCoordinator), errors.Is(err, group.ErrNotCoordinator):
+		return errNotCoordinator
+	case errors.Is(err, spool.ErrCoordinatorLoadInProgress):
+		return errCoordinatorLoadInProgress
+	case errors.Is(err, spool.ErrCoordinatorNotAvailable):
+		return errCoordinatorNotAvailable
 	case errors.Is(err, spool.ErrUnknownTopic), errors.Is(err, spool.ErrUnknownPartition):
 		return errUnknownTopicOrPartition
 	case errors.Is(err, log.ErrOffsetOutOfRange):

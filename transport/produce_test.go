@@ -629,7 +629,7 @@ func TestInitProducerID(t *testing.T) {
 	require.Zero(t, r.ProducerEpoch)
 	r = initProducer(t, c, 5, 1<<40, 3)
 	require.Zero(t, r.ErrorCode)
-	require.Less(t, r.ProducerID, int64(producerIDBlock))
+	require.Less(t, r.ProducerID, int64(1000))
 	require.Zero(t, r.ProducerEpoch)
 	// Half of the pair: INVALID_REQUEST.
 	r = initProducer(t, c, 3, 2, -1)
@@ -655,43 +655,11 @@ func TestInitProducerID(t *testing.T) {
 	// past every id handed out.
 	c.Close()
 	stop()
-	producerIDFiles.Clear() // as a new process starts
 	_, addr, _ = startProduceServer(t, dir, spool.Options{})
 	c = prodDial(t, addr)
 	r = initProducer(t, c, 4, -1, -1)
 	require.Zero(t, r.ErrorCode)
-	require.Equal(t, int64(producerIDBlock), r.ProducerID)
-}
-
-func TestProducerIDsFile(t *testing.T) {
-	dir := t.TempDir()
-	p, err := openProducerIDs(dir)
-	require.NoError(t, err)
-	for want := int64(0); want < producerIDBlock+5; want++ {
-		id, err := p.allocate()
-		require.NoError(t, err)
-		require.Equal(t, want, id)
-	}
-	require.True(t, p.issued(producerIDBlock+4))
-	require.False(t, p.issued(producerIDBlock+5))
-	producerIDFiles.Clear()
-	p, err = openProducerIDs(dir)
-	require.NoError(t, err)
-	id, err := p.allocate()
-	require.NoError(t, err)
-	require.Equal(t, int64(2*producerIDBlock), id)
-
-	next, err := parseProducerIDs(formatProducerIDs(42))
-	require.NoError(t, err)
-	require.Equal(t, int64(42), next)
-	damaged := formatProducerIDs(42)
-	damaged[len("spool-producer-ids 1\nnext-block ")] = '9'
-	_, err = parseProducerIDs(damaged)
-	require.Error(t, err)
-	for _, bad := range []string{"", "spool-producer-ids 1\n", "spool-producer-ids 2\nnext-block 1\ncrc32c 0\n"} {
-		_, err = parseProducerIDs([]byte(bad))
-		require.Error(t, err)
-	}
+	require.Equal(t, int64(1000), r.ProducerID)
 }
 
 // FuzzProduceRequest feeds arbitrary bytes as a produce request body -

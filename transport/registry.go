@@ -20,7 +20,11 @@ var handlers = map[int16]handler{}
 // returns the response (nil for no response, as acks=0 produce) or an
 // error that closes the connection.
 func register[Req kmsg.Request](key kmsg.Key, min, max int16, fn func(c *conn, req *request, body Req) (kmsg.Response, error)) {
-	handlers[key.Int16()] = handler{min: min, max: max, serve: func(c *conn, req *request) (responseWriter, error) {
+	handlers[key.Int16()] = makeHandler(min, max, fn)
+}
+
+func makeHandler[Req kmsg.Request](min, max int16, fn func(c *conn, req *request, body Req) (kmsg.Response, error)) handler {
+	return handler{min: min, max: max, serve: func(c *conn, req *request) (responseWriter, error) {
 		resp, err := fn(c, req, req.body.(Req))
 		if err != nil || resp == nil {
 			return nil, err
@@ -36,16 +40,26 @@ func registerRaw(key kmsg.Key, min, max int16, fn func(c *conn, req *request) (r
 	handlers[key.Int16()] = handler{min: min, max: max, serve: fn}
 }
 
-// advertised lists the implemented APIs and versions, by key.
-func advertised() []kmsg.ApiVersionsResponseApiKey {
-	keys := make([]int, 0, len(handlers))
-	for k := range handlers {
+// advertised lists the implemented APIs and versions, by key: on the
+// controller listener (controller) its own APIs too.
+func advertised(controller bool) []kmsg.ApiVersionsResponseApiKey {
+	all := map[int16]handler{}
+	for k, h := range handlers {
+		all[k] = h
+	}
+	if controller {
+		for k, h := range controllerHandlers {
+			all[k] = h
+		}
+	}
+	keys := make([]int, 0, len(all))
+	for k := range all {
 		keys = append(keys, int(k))
 	}
 	sort.Ints(keys)
 	out := make([]kmsg.ApiVersionsResponseApiKey, 0, len(keys))
 	for _, k := range keys {
-		h := handlers[int16(k)]
+		h := all[int16(k)]
 		out = append(out, kmsg.ApiVersionsResponseApiKey{ApiKey: int16(k), MinVersion: h.min, MaxVersion: h.max})
 	}
 	return out

@@ -2,22 +2,16 @@ package transport
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool"
-	"github.com/spoolmq/spool/internal/vfs"
 )
 
 // Defaults, with the Kafka settings they mirror.
@@ -68,11 +62,10 @@ type SASL struct {
 
 // Server serves one spool.Broker over the Kafka protocol.
 type Server struct {
-	b         *spool.Broker
-	opts      Options
-	logger    *slog.Logger
-	clusterID string
-	scram     map[string]map[string]scramCredential // mechanism -> user -> credential
+	b      *spool.Broker
+	opts   Options
+	logger *slog.Logger
+	scram  map[string]map[string]scramCredential // mechanism -> user -> credential
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -80,8 +73,6 @@ type Server struct {
 	addr      net.Addr // the first listener's address, for advertising
 	closing   atomic.Bool
 	connWG    sync.WaitGroup
-
-	producers *producerIDs
 }
 
 // NewServer returns a Server for the broker. It reads (or creates) the
@@ -110,20 +101,20 @@ func NewServer(b *spool.Broker, opts Options) (*Server, error) {
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
 	}
 	var err error
-	if s.clusterID, err = loadClusterID(b.Dir(), opts.NodeID); err != nil {
+	if _, err = b.ClusterID(); err != nil { // a standalone broker's meta.properties, written now if new
 		return nil, err
 	}
 	if s.scram, err = scramCredentials(opts.SASL); err != nil {
-		return nil, err
-	}
-	if s.producers, err = openProducerIDs(b.Dir()); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
 // ClusterID is the cluster id the server reports.
-func (s *Server) ClusterID() string { return s.clusterID }
+func (s *Server) ClusterID() string {
+	id, _ := s.b.ClusterID()
+	return id
+}
 
 // ListenAndServe listens on the TCP address addr and serves.
 func (s *Server) ListenAndServe(addr string) error {
@@ -136,7 +127,11 @@ func (s *Server) ListenAndServe(addr string) error {
 
 // Serve accepts connections on l until Shutdown; it returns
 // ErrServerClosed then.
-func (s *Server) Serve(l net.Listener) error {
+func (s *Server) Serve(l net.Listener) error { return s.serve(l, false) }
+
+// serve accepts connections on l: Kafka clients', or with controller those
+// of a cluster node's controller listener.
+func (s *Server) serve(l net.Listener, controller bool) error {
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
@@ -169,24 +164,49 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		delay = 0
-		c := newConn(s, nc)
-		s.mu.Lock()
-		if s.closing.Load() {
-			s.mu.Unlock()
-			nc.Close()
+		if controller {
+			// Which protocol comes is read off the connection's first
+			// byte, on its own goroutine: the accept loop never waits.
+			s.connWG.Add(1)
+			go func() {
+				defer s.connWG.Done()
+				if kc, ok := s.routeController(nc); ok {
+					s.start(kc, true)
+				}
+			}()
+			continue
+		}
+		if !s.start(nc, false) {
 			return ErrServerClosed
 		}
-		s.conns[c] = struct{}{}
-		s.connWG.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.connWG.Done()
-			c.serve()
-			s.mu.Lock()
-			delete(s.conns, c)
-			s.mu.Unlock()
-		}()
 	}
+}
+
+// start serves a Kafka connection on its own goroutine; false if the
+// server is shutting down (the connection is closed).
+func (s *Server) start(nc net.Conn, controller bool) bool {
+	c := newConn(s, nc)
+	if controller {
+		c.controller = true
+		c.ctx = spool.ControllerOnly(c.ctx)
+	}
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		nc.Close()
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.connWG.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.connWG.Done()
+		c.serve()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
+	return true
 }
 
 // Shutdown stops accepting connections, lets every connection finish the
@@ -245,31 +265,4 @@ func (s *Server) advertised() (string, int32) {
 		host = "localhost"
 	}
 	return host, port
-}
-
-// loadClusterID reads the cluster id from meta.properties in the data
-// directory, writing a new one (and the node id) the first time, as Kafka's
-// storage format does.
-func loadClusterID(dir string, nodeID int32) (string, error) {
-	path := filepath.Join(dir, "meta.properties")
-	data, err := os.ReadFile(path)
-	if err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster.id="); ok && v != "" {
-				return v, nil
-			}
-		}
-		return "", fmt.Errorf("transport: %s has no cluster.id", path)
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
-	var id [16]byte
-	_, _ = rand.Read(id[:])
-	cid := base64.RawURLEncoding.EncodeToString(id[:])
-	content := fmt.Sprintf("# written by spool\nversion=1\ncluster.id=%s\nnode.id=%d\n", cid, nodeID)
-	if err := vfs.WriteFileAtomic(vfs.Default, path, []byte(content)); err != nil {
-		return "", err
-	}
-	return cid, nil
 }

@@ -1,0 +1,228 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// testCluster is n cluster nodes in this process, on loopback listeners:
+// each a StartNode with its own data directory, talking to the others over
+// real sockets.
+type testCluster struct {
+	t      testing.TB
+	voters string
+	ctrl   map[int32]string // controller listener addresses
+	dirs   map[int32]string
+	mu     sync.Mutex
+	nodes  map[int32]*Node
+	tune   func(*NodeConfig)
+}
+
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func clusterLogger() *slog.Logger {
+	if os.Getenv("SPOOL_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func newTestCluster(t testing.TB, n int) *testCluster {
+	c := &testCluster{t: t, ctrl: map[int32]string{}, dirs: map[int32]string{}, nodes: map[int32]*Node{}}
+	var vs []string
+	for i := int32(1); i <= int32(n); i++ {
+		c.ctrl[i] = freeAddr(t)
+		c.dirs[i] = t.TempDir()
+		vs = append(vs, fmt.Sprintf("%d@%s", i, c.ctrl[i]))
+	}
+	c.voters = strings.Join(vs, ",")
+	t.Cleanup(func() {
+		c.mu.Lock()
+		nodes := c.nodes
+		c.nodes = map[int32]*Node{}
+		c.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, nd := range nodes {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				nd.Close(ctx)
+			})
+		}
+		wg.Wait()
+	})
+	return c
+}
+
+func (c *testCluster) config(id int32) NodeConfig {
+	cfg := NodeConfig{
+		Dir: c.dirs[id], NodeID: id, Listen: "127.0.0.1:0", ControllerListen: c.ctrl[id], QuorumVoters: c.voters,
+		Cluster: spool.NodeOptions{SessionTimeout: time.Second, ElectionTimeout: 200 * time.Millisecond, ReplicaLagTime: 2 * time.Second, FetchMaxWait: 100 * time.Millisecond, FetchBackoff: 100 * time.Millisecond},
+		Broker:  spool.Options{OffsetsTopicPartitions: 3},
+		Logger:  clusterLogger().With("node", id),
+	}
+	if c.tune != nil {
+		c.tune(&cfg)
+	}
+	return cfg
+}
+
+func (c *testCluster) start(id int32) *Node {
+	c.t.Helper()
+	nd, err := StartNode(c.config(id))
+	require.NoError(c.t, err)
+	c.mu.Lock()
+	c.nodes[id] = nd
+	c.mu.Unlock()
+	return nd
+}
+
+func (c *testCluster) startAll() {
+	var wg sync.WaitGroup
+	for id := range c.dirs {
+		wg.Go(func() { c.start(id) })
+	}
+	wg.Wait()
+	for _, nd := range c.running() {
+		select {
+		case <-nd.Broker().Ready():
+		case <-time.After(20 * time.Second):
+			c.t.Fatalf("node not ready")
+		}
+	}
+}
+
+func (c *testCluster) running() map[int32]*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[int32]*Node{}
+	for id, nd := range c.nodes {
+		out[id] = nd
+	}
+	return out
+}
+
+func (c *testCluster) stop(id int32) {
+	c.mu.Lock()
+	nd := c.nodes[id]
+	delete(c.nodes, id)
+	c.mu.Unlock()
+	if nd != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(c.t, nd.Close(ctx))
+	}
+}
+
+func (c *testCluster) seeds() []string {
+	var out []string
+	for _, nd := range c.running() {
+		out = append(out, nd.Addr().String())
+	}
+	return out
+}
+
+func TestClusterOverTheWire(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	md := func() *kmsg.MetadataResponse {
+		req := kmsg.NewPtrMetadataRequest()
+		resp, err := req.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		return resp
+	}
+	require.Eventually(t, func() bool { return len(md().Brokers) == 3 }, 10*time.Second, 20*time.Millisecond, "every live broker is in metadata")
+
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "orders", 3, 3
+	rt.Configs = []kmsg.CreateTopicsRequestTopicConfig{{Name: "min.insync.replicas", Value: ptr("2")}}
+	ct.Topics = append(ct.Topics, rt)
+	cresp, err := ct.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Zero(t, cresp.Topics[0].ErrorCode, "%v", cresp.Topics[0].ErrorMessage)
+
+	require.Eventually(t, func() bool {
+		for _, tp := range md().Topics {
+			if tp.Topic == nil || *tp.Topic != "orders" {
+				continue
+			}
+			for _, p := range tp.Partitions {
+				if p.Leader < 0 || len(p.ISR) != 3 || len(p.Replicas) != 3 {
+					return false
+				}
+			}
+			return len(tp.Partitions) == 3
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond, "every partition has a leader and a full ISR")
+
+	const n = 300
+	for i := range n {
+		r := &kgo.Record{Topic: "orders", Partition: int32(i % 3), Value: fmt.Appendf(nil, "v%d", i)}
+		require.NoError(t, cl.ProduceSync(ctx, r).FirstErr())
+	}
+
+	// Every replica has every record (the followers copied them over
+	// Kafka's Fetch), and the high watermark covers them.
+	require.Eventually(t, func() bool {
+		for _, nd := range c.running() {
+			for p := int32(0); p < 3; p++ {
+				part, err := nd.Broker().Partition("orders", p)
+				if err != nil || part.EndOffset() != n/3 || part.HighWatermark() != n/3 {
+					return false
+				}
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond)
+
+	cons, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...), kgo.ConsumeTopics("orders"), kgo.ConsumerGroup("g1"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	require.NoError(t, err)
+	defer cons.Close()
+	seen := map[string]bool{}
+	for len(seen) < n {
+		fs := cons.PollFetches(ctx)
+		require.NoError(t, ctx.Err())
+		fs.EachError(func(t string, p int32, err error) { require.NoError(nil, err) })
+		fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)] = true })
+	}
+	require.NoError(t, cons.CommitUncommittedOffsets(ctx))
+	of := kmsg.NewPtrOffsetFetchRequest()
+	of.Group = "g1"
+	oresp, err := of.RequestWith(ctx, cons)
+	require.NoError(t, err)
+	total := int64(0)
+	for _, tp := range oresp.Topics {
+		for _, p := range tp.Partitions {
+			total += p.Offset
+		}
+	}
+	require.Equal(t, int64(n), total, "the group's committed offsets")
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,201 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+
+	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/controller"
+)
+
+// NodeConfig configures a cluster node (StartNode).
+type NodeConfig struct {
+	// Dir is the node's data directory.
+	Dir string
+	// NodeID is the node's id in the cluster (node.id).
+	NodeID int32
+	// Listen is the host:port Kafka clients and the other brokers connect
+	// to (listeners); port 0 picks a free one.
+	Listen string
+	// AdvertisedAddr is the host:port clients and brokers are told to use
+	// (advertised.listeners). Default: the listener's address.
+	AdvertisedAddr string
+	// ControllerListen is the host:port of the controller listener: Raft
+	// among the controllers and the controller's requests
+	// (controller.listener.names). A voter's must be reachable at its
+	// entry in QuorumVoters.
+	ControllerListen string
+	// QuorumVoters lists the controller quorum, "1@host:port,2@host:port,..."
+	// (controller.quorum.voters): the same on every node. A node listed is
+	// a controller and a broker; any other is a broker only.
+	QuorumVoters string
+	// ClusterID, if set, is the cluster this node must belong to.
+	ClusterID string
+	// Broker holds the broker's other options (NodeID and Node are set
+	// here).
+	Broker spool.Options
+	// Cluster tunes the node's part in the cluster (session timeout,
+	// replica lag, ...); Voters, addresses and Remote are set here.
+	Cluster spool.NodeOptions
+	// Server holds the Kafka server's options (NodeID and the advertised
+	// address are set here).
+	Server Options
+	// Logger receives the node's messages. Default: none.
+	Logger *slog.Logger
+}
+
+// Node is a running cluster node: a spool.Broker that is a member of its
+// cluster's controller quorum (or follows it), served over the Kafka
+// protocol on its listener and its controller listener.
+type Node struct {
+	b      *spool.Broker
+	srv    *Server
+	kafka  net.Listener
+	ctrl   net.Listener
+	remote *remote
+	done   chan error
+}
+
+// StartNode starts a cluster node: it listens, opens the broker in Dir as
+// a node of the cluster QuorumVoters names - joining the controller quorum,
+// registering with the active controller and following the metadata log -
+// and serves Kafka clients, other brokers' followers and, on the controller
+// listener, Raft and the controller's requests. It returns once listening;
+// the node registers and catches up in the background (Broker().Ready).
+//
+// A data directory of another node or cluster, a voter list that disagrees
+// with the other voters', or another process with this node's id is
+// refused with an error that names the fix.
+func StartNode(cfg NodeConfig) (*Node, error) {
+	voters, err := controller.ParseVoters(cfg.QuorumVoters)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ControllerListen == "" {
+		for _, v := range voters {
+			if v.ID == cfg.NodeID {
+				cfg.ControllerListen = v.Addr
+			}
+		}
+		if cfg.ControllerListen == "" {
+			return nil, fmt.Errorf("%w: node %d is not a voter: give it a controller listener of its own", spool.ErrInvalidConfig, cfg.NodeID)
+		}
+	}
+	ctrlL, err := net.Listen("tcp", cfg.ControllerListen)
+	if err != nil {
+		return nil, fmt.Errorf("transport: controller listener: %w", err)
+	}
+	kafkaL, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		ctrlL.Close()
+		return nil, fmt.Errorf("transport: listener: %w", err)
+	}
+	fail := func(err error) (*Node, error) {
+		ctrlL.Close()
+		kafkaL.Close()
+		return nil, err
+	}
+	host, port, err := advertisedAddr(cfg.AdvertisedAddr, kafkaL.Addr())
+	if err != nil {
+		return fail(err)
+	}
+	ctrlAddr := ""
+	for _, v := range voters {
+		if v.ID == cfg.NodeID {
+			ctrlAddr = v.Addr
+		}
+	}
+	if ctrlAddr == "" {
+		h, p, err := advertisedAddr("", ctrlL.Addr())
+		if err != nil {
+			return fail(err)
+		}
+		ctrlAddr = net.JoinHostPort(h, strconv.Itoa(int(p)))
+	}
+	r := newRemote(nil)
+	no := cfg.Cluster
+	no.Voters, no.ControllerAddr, no.AdvertisedHost, no.AdvertisedPort = voters, ctrlAddr, host, port
+	no.ClusterID, no.Remote = cfg.ClusterID, r
+	bo := cfg.Broker
+	bo.NodeID, bo.Node = cfg.NodeID, &no
+	if bo.Logger == nil {
+		bo.Logger = cfg.Logger
+	}
+	b, err := spool.Open(cfg.Dir, bo)
+	if err != nil {
+		return fail(err)
+	}
+	r.b.Store(b)
+	so := cfg.Server
+	so.NodeID, so.AdvertisedHost, so.AdvertisedPort = cfg.NodeID, host, port
+	if so.Logger == nil {
+		so.Logger = cfg.Logger
+	}
+	srv, err := NewServer(b, so)
+	if err != nil {
+		b.Close()
+		return fail(err)
+	}
+	n := &Node{b: b, srv: srv, kafka: kafkaL, ctrl: ctrlL, remote: r, done: make(chan error, 2)}
+	go func() { n.done <- srv.ServeController(ctrlL) }()
+	go func() { n.done <- srv.Serve(kafkaL) }()
+	return n, nil
+}
+
+// advertisedAddr is the address to advertise: adv if set, else the
+// listener's (an unspecified IP becomes localhost).
+func advertisedAddr(adv string, l net.Addr) (string, int32, error) {
+	if adv == "" {
+		adv = l.String()
+	}
+	h, p, err := net.SplitHostPort(adv)
+	if err != nil {
+		return "", 0, fmt.Errorf("transport: advertised address %q: %w", adv, err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n <= 0 || n > 65535 {
+		return "", 0, fmt.Errorf("transport: advertised address %q: bad port", adv)
+	}
+	if ip := net.ParseIP(h); h == "" || ip != nil && ip.IsUnspecified() {
+		h = "localhost"
+	}
+	return h, int32(n), nil
+}
+
+// Broker is the node's broker: produce, consume and administer topics in
+// process, as on any broker.
+func (n *Node) Broker() *spool.Broker { return n.b }
+
+// Server is the node's Kafka server.
+func (n *Node) Server() *Server { return n.srv }
+
+// Addr is the Kafka listener's address.
+func (n *Node) Addr() net.Addr { return n.kafka.Addr() }
+
+// ControllerAddr is the controller listener's address.
+func (n *Node) ControllerAddr() net.Addr { return n.ctrl.Addr() }
+
+// Done reports a listener that stopped serving on its own (its error);
+// nothing is sent after Close.
+func (n *Node) Done() <-chan error { return n.done }
+
+// Close shuts the node down in a controlled way: its partitions' leadership
+// moves to other brokers first (a controlled shutdown) and the controller's
+// leadership to another voter, then the broker closes, then the server
+// finishes the requests it is serving and stops (until ctx ends).
+func (n *Node) Close(ctx context.Context) error {
+	berr := n.b.Close()
+	serr := n.srv.Shutdown(ctx)
+	n.remote.peers.close()
+	if errors.Is(berr, spool.ErrClosed) {
+		berr = nil
+	}
+	return errors.Join(berr, serr)
+}

@@ -1,0 +1,450 @@
+package transport
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/controller"
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/replica"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Versions of the requests a node sends to other nodes: ones this package
+// serves (so that nodes of one release understand each other).
+const (
+	fetchVersion          = 12 // topics by name; DivergingEpoch, LastFetchedEpoch
+	epochVersion          = 4
+	registrationVersion   = 3
+	heartbeatVersion      = 1
+	alterPartitionVersion = 3 // topics by id; ISR members with their broker epochs (KIP-903)
+	allocatePIDsVersion   = 0
+	createTopicsVersion   = 7
+	deleteTopicsVersion   = 6
+	createPartsVersion    = 3
+	alterConfigsVersion   = 2
+)
+
+// remote is spool.Remote over the Kafka protocol: followers' fetches go to
+// the leader's Kafka listener, controller requests to a controller
+// listener.
+type remote struct {
+	peers *peers
+	// b is the node's broker once it is open: broker addresses and topic
+	// ids come from its metadata image.
+	b atomic.Pointer[spool.Broker]
+}
+
+func newRemote(dial func(ctx context.Context, addr string) (net.Conn, error)) *remote {
+	return &remote{peers: newPeers(dial)}
+}
+
+// brokerAddr is the Kafka listener of broker id, as registered.
+func (r *remote) brokerAddr(id int32) (string, error) {
+	b := r.b.Load()
+	if b == nil || b.Quorum() == nil {
+		return "", fmt.Errorf("%w: broker %d: this node has not started", replica.ErrUnreachable, id)
+	}
+	bi, ok := b.Quorum().Image().Broker(id)
+	if !ok {
+		return "", fmt.Errorf("%w: broker %d is not registered", replica.ErrUnreachable, id)
+	}
+	return net.JoinHostPort(bi.Kafka.Host, strconv.Itoa(int(bi.Kafka.Port))), nil
+}
+
+func (r *remote) topicID(name string) ([16]byte, error) {
+	b := r.b.Load()
+	if b == nil || b.Quorum() == nil {
+		return [16]byte{}, fmt.Errorf("%w: %q", replica.ErrUnknownTopic, name)
+	}
+	t, ok := b.Quorum().Image().Topic(name)
+	if !ok {
+		return [16]byte{}, fmt.Errorf("%w: %q", replica.ErrUnknownTopic, name)
+	}
+	id, err := spool.ParseTopicID(t.ID)
+	return [16]byte(id), err
+}
+
+// Link implements replica.Network.
+func (r *remote) Link(from, to int32) replica.Link { return &link{r: r, to: to} }
+
+type link struct {
+	r  *remote
+	to int32
+}
+
+// Fetch implements replica.Link with Kafka's Fetch from a replica.
+func (l *link) Fetch(ctx context.Context, req *replica.FetchRequest) (*replica.FetchResponse, error) {
+	addr, err := l.r.brokerAddr(l.to)
+	if err != nil {
+		return nil, err
+	}
+	kr := kmsg.NewPtrFetchRequest()
+	kr.Version = fetchVersion
+	kr.ReplicaID = req.ReplicaID
+	kr.MaxWaitMillis = int32(req.MaxWait / time.Millisecond)
+	kr.MinBytes = 1
+	kr.MaxBytes = int32(max(req.MaxBytes, 1))
+	kr.SessionEpoch = -1
+	t := kmsg.NewFetchRequestTopic()
+	t.Topic = req.Topic
+	p := kmsg.NewFetchRequestTopicPartition()
+	p.Partition, p.CurrentLeaderEpoch, p.FetchOffset, p.LastFetchedEpoch = req.Partition, req.CurrentLeaderEpoch, req.FetchOffset, req.LastFetchedEpoch
+	p.LogStartOffset, p.PartitionMaxBytes = -1, int32(max(req.MaxBytes, 1))
+	t.Partitions = append(t.Partitions, p)
+	kr.Topics = append(kr.Topics, t)
+	ctx, cancel := context.WithTimeout(ctx, req.MaxWait+30*time.Second)
+	defer cancel()
+	resp, err := l.r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return nil, err
+	}
+	fr := resp.(*kmsg.FetchResponse)
+	if fr.ErrorCode != 0 {
+		return nil, codeError(fr.ErrorCode, nil)
+	}
+	if len(fr.Topics) != 1 || len(fr.Topics[0].Partitions) != 1 {
+		return nil, fmt.Errorf("%w: fetch response with %d topics", errUnexpectedResponse, len(fr.Topics))
+	}
+	fp := &fr.Topics[0].Partitions[0]
+	switch fp.ErrorCode {
+	case 0:
+	case errOffsetOutOfRange:
+		return nil, &replica.OffsetOutOfRangeError{Offset: req.FetchOffset, LogStartOffset: fp.LogStartOffset, LogEndOffset: fp.HighWatermark}
+	default:
+		return nil, codeError(fp.ErrorCode, nil)
+	}
+	out := &replica.FetchResponse{Records: fp.RecordBatches, HighWatermark: fp.HighWatermark, LogStartOffset: fp.LogStartOffset, LogEndOffset: fp.LastStableOffset}
+	if fp.DivergingEpoch.Epoch >= 0 {
+		out.Diverging = &replica.EpochEnd{Epoch: fp.DivergingEpoch.Epoch, EndOffset: fp.DivergingEpoch.EndOffset}
+	}
+	return out, nil
+}
+
+// EndOffsetForEpoch implements replica.Link with OffsetForLeaderEpoch from
+// a replica.
+func (l *link) EndOffsetForEpoch(ctx context.Context, req *replica.EpochRequest) (replica.EpochEnd, error) {
+	addr, err := l.r.brokerAddr(l.to)
+	if err != nil {
+		return replica.EpochEnd{}, err
+	}
+	kr := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	kr.Version = epochVersion
+	kr.ReplicaID = req.ReplicaID
+	t := kmsg.NewOffsetForLeaderEpochRequestTopic()
+	t.Topic = req.Topic
+	p := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+	p.Partition, p.CurrentLeaderEpoch, p.LeaderEpoch = req.Partition, req.CurrentLeaderEpoch, req.Epoch
+	t.Partitions = append(t.Partitions, p)
+	kr.Topics = append(kr.Topics, t)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := l.r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return replica.EpochEnd{}, err
+	}
+	er := resp.(*kmsg.OffsetForLeaderEpochResponse)
+	if len(er.Topics) != 1 || len(er.Topics[0].Partitions) != 1 {
+		return replica.EpochEnd{}, fmt.Errorf("%w: offsets-for-epoch response with %d topics", errUnexpectedResponse, len(er.Topics))
+	}
+	ep := er.Topics[0].Partitions[0]
+	if ep.ErrorCode != 0 {
+		return replica.EpochEnd{}, codeError(ep.ErrorCode, nil)
+	}
+	return replica.EpochEnd{Epoch: ep.LeaderEpoch, EndOffset: ep.EndOffset}, nil
+}
+
+// incarnationBytes turns the controller's incarnation id (hex of 16
+// bytes) into the request's UUID, and back.
+func incarnationBytes(s string) [16]byte {
+	var out [16]byte
+	hex.Decode(out[:], []byte(s))
+	return out
+}
+
+func incarnationString(b [16]byte) string { return hex.EncodeToString(b[:]) }
+
+// controllerListenerName names the listener a non-voting node registers
+// as its controller address.
+const controllerListenerName = "CONTROLLER"
+
+// RegisterBroker implements spool.Remote with BrokerRegistration.
+func (r *remote) RegisterBroker(ctx context.Context, addr string, reg controller.Registration) (int64, error) {
+	kr := kmsg.NewPtrBrokerRegistrationRequest()
+	kr.Version = registrationVersion
+	kr.BrokerID, kr.ClusterID, kr.IncarnationID = reg.BrokerID, reg.ClusterID, incarnationBytes(reg.IncarnationID)
+	kr.PreviousBrokerEpoch = -1
+	l := kmsg.NewBrokerRegistrationRequestListener()
+	l.Name, l.Host, l.Port = "PLAINTEXT", reg.Kafka.Host, uint16(reg.Kafka.Port)
+	kr.Listeners = append(kr.Listeners, l)
+	if reg.Controller != "" {
+		host, port, err := net.SplitHostPort(reg.Controller)
+		if err != nil {
+			return 0, err
+		}
+		n, _ := strconv.Atoi(port)
+		l := kmsg.NewBrokerRegistrationRequestListener()
+		l.Name, l.Host, l.Port = controllerListenerName, host, uint16(n)
+		kr.Listeners = append(kr.Listeners, l)
+	}
+	if reg.Rack != "" {
+		kr.Rack = &reg.Rack
+	}
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return 0, err
+	}
+	rr := resp.(*kmsg.BrokerRegistrationResponse)
+	if rr.ErrorCode != 0 {
+		return 0, codeError(rr.ErrorCode, nil)
+	}
+	return rr.BrokerEpoch, nil
+}
+
+// BrokerHeartbeat implements spool.Remote.
+func (r *remote) BrokerHeartbeat(ctx context.Context, addr string, h controller.Heartbeat) (controller.HeartbeatResult, error) {
+	kr := kmsg.NewPtrBrokerHeartbeatRequest()
+	kr.Version = heartbeatVersion
+	kr.BrokerID, kr.BrokerEpoch, kr.CurrentMetadataOffset = h.BrokerID, h.BrokerEpoch, int64(h.MetadataIndex)
+	kr.WantFence, kr.WantShutdown = h.WantFence, h.WantShutdown
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return controller.HeartbeatResult{}, err
+	}
+	hr := resp.(*kmsg.BrokerHeartbeatResponse)
+	if hr.ErrorCode != 0 {
+		return controller.HeartbeatResult{}, codeError(hr.ErrorCode, nil)
+	}
+	return controller.HeartbeatResult{IsCaughtUp: hr.IsCaughtUp, IsFenced: hr.IsFenced, ShouldShutdown: hr.ShouldShutdown}, nil
+}
+
+// AlterPartition implements spool.Remote. The state returned carries no
+// replicas (the response has none): the caller knows them.
+func (r *remote) AlterPartition(ctx context.Context, addr string, req replica.AlterPartitionRequest) (replica.PartitionState, error) {
+	id, err := r.topicID(req.Topic)
+	if err != nil {
+		return replica.PartitionState{}, err
+	}
+	kr := kmsg.NewPtrAlterPartitionRequest()
+	kr.Version = alterPartitionVersion
+	kr.BrokerID, kr.BrokerEpoch = req.Leader, -1
+	t := kmsg.NewAlterPartitionRequestTopic()
+	t.TopicID = id
+	p := kmsg.NewAlterPartitionRequestTopicPartition()
+	p.Partition, p.LeaderEpoch, p.PartitionEpoch = req.Partition, req.LeaderEpoch, req.PartitionEpoch
+	for _, m := range req.ISR {
+		e := kmsg.NewAlterPartitionRequestTopicPartitionNewEpochISR()
+		e.BrokerID, e.BrokerEpoch = m, -1
+		if be, ok := req.BrokerEpochs[m]; ok {
+			e.BrokerEpoch = be
+		}
+		p.NewEpochISR = append(p.NewEpochISR, e)
+	}
+	t.Partitions = append(t.Partitions, p)
+	kr.Topics = append(kr.Topics, t)
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return replica.PartitionState{}, err
+	}
+	ar := resp.(*kmsg.AlterPartitionResponse)
+	if ar.ErrorCode != 0 {
+		return replica.PartitionState{}, codeError(ar.ErrorCode, nil)
+	}
+	if len(ar.Topics) != 1 || len(ar.Topics[0].Partitions) != 1 {
+		return replica.PartitionState{}, fmt.Errorf("%w: alter-partition response with %d topics", errUnexpectedResponse, len(ar.Topics))
+	}
+	ap := ar.Topics[0].Partitions[0]
+	if ap.ErrorCode != 0 {
+		return replica.PartitionState{}, codeError(ap.ErrorCode, nil)
+	}
+	return replica.PartitionState{Topic: req.Topic, Partition: ap.Partition, Leader: ap.LeaderID, LeaderEpoch: ap.LeaderEpoch,
+		ISR: ap.ISR, PartitionEpoch: ap.PartitionEpoch}, nil
+}
+
+// AllocateProducerIDs implements spool.Remote.
+func (r *remote) AllocateProducerIDs(ctx context.Context, addr string, broker int32, brokerEpoch int64) (int64, error) {
+	kr := kmsg.NewPtrAllocateProducerIDsRequest()
+	kr.Version = allocatePIDsVersion
+	kr.BrokerID, kr.BrokerEpoch = broker, brokerEpoch
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return 0, err
+	}
+	ar := resp.(*kmsg.AllocateProducerIDsResponse)
+	if ar.ErrorCode != 0 {
+		return 0, codeError(ar.ErrorCode, nil)
+	}
+	if ar.ProducerIDLen != controller.ProducerIDBlock {
+		return 0, fmt.Errorf("%w: a block of %d producer ids", errUnexpectedResponse, ar.ProducerIDLen)
+	}
+	return ar.ProducerIDStart, nil
+}
+
+// topicConfigEntries are the Kafka settings a topic sets itself.
+func topicConfigEntries(own spool.TopicConfig) map[string]string {
+	out := map[string]string{}
+	for _, k := range topicKeys {
+		if k.isSet(own) {
+			out[k.name] = k.get(own)
+		}
+	}
+	return out
+}
+
+// CreateTopic implements spool.Remote with CreateTopics.
+func (r *remote) CreateTopic(ctx context.Context, addr string, name string, cfg spool.TopicConfig) error {
+	kr := kmsg.NewPtrCreateTopicsRequest()
+	kr.Version = createTopicsVersion
+	kr.TimeoutMillis = 30000
+	t := kmsg.NewCreateTopicsRequestTopic()
+	t.Topic, t.NumPartitions, t.ReplicationFactor = name, -1, -1
+	if cfg.Partitions > 0 {
+		t.NumPartitions = cfg.Partitions
+	}
+	if cfg.ReplicationFactor > 0 {
+		t.ReplicationFactor = int16(cfg.ReplicationFactor)
+	}
+	for k, v := range topicConfigEntries(cfg) {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = k, &v
+		t.Configs = append(t.Configs, c)
+	}
+	kr.Topics = append(kr.Topics, t)
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return err
+	}
+	cr := resp.(*kmsg.CreateTopicsResponse)
+	if len(cr.Topics) != 1 {
+		return fmt.Errorf("%w: create-topics response with %d topics", errUnexpectedResponse, len(cr.Topics))
+	}
+	return codeError(cr.Topics[0].ErrorCode, cr.Topics[0].ErrorMessage)
+}
+
+// DeleteTopic implements spool.Remote with DeleteTopics.
+func (r *remote) DeleteTopic(ctx context.Context, addr string, name string) error {
+	kr := kmsg.NewPtrDeleteTopicsRequest()
+	kr.Version = deleteTopicsVersion
+	kr.TimeoutMillis = 30000
+	t := kmsg.NewDeleteTopicsRequestTopic()
+	t.Topic = &name
+	kr.Topics = append(kr.Topics, t)
+	kr.TopicNames = append(kr.TopicNames, name)
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return err
+	}
+	dr := resp.(*kmsg.DeleteTopicsResponse)
+	if len(dr.Topics) != 1 {
+		return fmt.Errorf("%w: delete-topics response with %d topics", errUnexpectedResponse, len(dr.Topics))
+	}
+	return codeError(dr.Topics[0].ErrorCode, dr.Topics[0].ErrorMessage)
+}
+
+// CreatePartitions implements spool.Remote.
+func (r *remote) CreatePartitions(ctx context.Context, addr string, name string, total int32) error {
+	kr := kmsg.NewPtrCreatePartitionsRequest()
+	kr.Version = createPartsVersion
+	kr.TimeoutMillis = 30000
+	t := kmsg.NewCreatePartitionsRequestTopic()
+	t.Topic, t.Count = name, total
+	kr.Topics = append(kr.Topics, t)
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return err
+	}
+	cr := resp.(*kmsg.CreatePartitionsResponse)
+	if len(cr.Topics) != 1 {
+		return fmt.Errorf("%w: create-partitions response with %d topics", errUnexpectedResponse, len(cr.Topics))
+	}
+	return codeError(cr.Topics[0].ErrorCode, cr.Topics[0].ErrorMessage)
+}
+
+// AlterTopicConfig implements spool.Remote with AlterConfigs, which
+// replaces a topic's settings whole.
+func (r *remote) AlterTopicConfig(ctx context.Context, addr string, name string, cfg spool.TopicConfig) error {
+	kr := kmsg.NewPtrAlterConfigsRequest()
+	kr.Version = alterConfigsVersion
+	res := kmsg.NewAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, name
+	for k, v := range topicConfigEntries(cfg) {
+		c := kmsg.NewAlterConfigsRequestResourceConfig()
+		c.Name, c.Value = k, &v
+		res.Configs = append(res.Configs, c)
+	}
+	kr.Resources = append(kr.Resources, res)
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return err
+	}
+	ar := resp.(*kmsg.AlterConfigsResponse)
+	if len(ar.Resources) != 1 {
+		return fmt.Errorf("%w: alter-configs response with %d resources", errUnexpectedResponse, len(ar.Resources))
+	}
+	return codeError(ar.Resources[0].ErrorCode, ar.Resources[0].ErrorMessage)
+}
+
+// codeError turns a Kafka error code from another node into the error of
+// spool's layers it stands for (the inverse of errorCode), so that the
+// caller's retry decisions work across processes; other codes keep kerr's
+// description.
+func codeError(code int16, msg *string) error {
+	if code == 0 {
+		return nil
+	}
+	var base error
+	switch code {
+	case errNotController:
+		base = &controller.NotControllerError{Leader: -1}
+	case errNotLeaderOrFollower:
+		base = replica.ErrNotLeader
+	case errLeaderNotAvailable:
+		base = replica.ErrLeaderNotAvailable
+	case errFencedLeaderEpoch:
+		base = replica.ErrFencedLeaderEpoch
+	case errUnknownLeaderEpoch:
+		base = replica.ErrUnknownLeaderEpoch
+	case errUnknownTopicOrPartition:
+		base = replica.ErrUnknownPartition
+	case errOffsetOutOfRange:
+		base = log.ErrOffsetOutOfRange
+	case errInvalidUpdateVersion:
+		base = replica.ErrStaleState
+	case errIneligibleReplica:
+		base = replica.ErrIneligibleReplica
+	case errStaleBrokerEpoch:
+		base = controller.ErrStaleBrokerEpoch
+	case errDuplicateBrokerRegistration:
+		base = controller.ErrDuplicateRegistration
+	case errInconsistentClusterID:
+		base = controller.ErrInconsistentClusterID
+	case errTopicAlreadyExists:
+		base = replica.ErrTopicExists
+	case errInvalidReplicationFactor:
+		base = replica.ErrNotEnoughBrokers
+	case errInvalidConfig, errInvalidPartitions, errInvalidRequest, errInvalidTopicException, errPolicyViolation:
+		base = spool.ErrInvalidConfig
+	case errCorruptMessage:
+		base = record.ErrCorrupt
+	case errRequestTimedOut:
+		base = context.DeadlineExceeded
+	default:
+		base = kerr.ErrorForCode(code)
+		if base == nil {
+			base = errors.New("unknown error code " + strconv.Itoa(int(code)))
+		}
+	}
+	if msg != nil && *msg != "" {
+		return fmt.Errorf("%w: %s", base, *msg)
+	}
+	return base
+}
