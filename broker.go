@@ -106,7 +106,11 @@ func (t *topic) config() TopicConfig { return *t.cfg.Load() }
 func (t *topic) setConfig(c TopicConfig) { t.cfg.Store(&c) }
 
 // Open opens (or creates) the broker whose data lives in dir. Only one
-// Broker, in one process, may use a directory at a time.
+// Broker, in one process, may use a directory at a time. A partition that
+// cannot be opened does not fail Open: it is offline (see
+// PartitionDescription.Offline) and the others serve. Open fails if the
+// topic registry is damaged or missing, or a partition of the offsets
+// topic cannot be opened.
 func Open(dir string, opts Options) (*Broker, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
