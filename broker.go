@@ -246,8 +246,7 @@ func (b *Broker) removeLeftovers(topics map[string]*topic) error {
 		if !e.IsDir() {
 			continue
 		}
-		if len(name) > len(deleteSuffix) && name[len(name)-len(deleteSuffix):] == deleteSuffix ||
-			len(name) > len(createSuffix) && name[len(name)-len(createSuffix):] == createSuffix {
+		if len(name) > len(deleteSuffix) && name[len(name)-len(deleteSuffix):] == deleteSuffix || isCreatingDir(name) {
 			if err := os.RemoveAll(p); err != nil {
 				return err
 			}

@@ -279,6 +279,8 @@ func TestCrashDuringCreation(t *testing.T) {
 			_, err := b.Produce(ctx, Record{Topic: "g", Value: []byte("kept")})
 			require.NoError(t, err)
 			require.NoError(t, b.Close())
+			// Not a partition being created, though named like one: kept.
+			require.NoError(t, os.Mkdir(filepath.Join(dir, "backup-create"), 0o755))
 			names, reg := dirState(t, dir)
 
 			cmd := exec.Command(os.Args[0], "-test.run=^TestCrashDuringCreation$")

@@ -196,6 +196,22 @@ func partitionDir(dir, topic string, n int32) string {
 	return filepath.Join(dir, topic+"-"+strconv.Itoa(int(n)))
 }
 
+// isCreatingDir reports whether name is "<topic>-<n>.<topic id>-create": a
+// partition directory being created. Nothing else in the data directory is
+// taken for one.
+func isCreatingDir(name string) bool {
+	rest, ok := strings.CutSuffix(name, createSuffix)
+	i := strings.LastIndexByte(rest, '.')
+	if !ok || i < 0 {
+		return false
+	}
+	if _, err := ParseTopicID(rest[i+1:]); err != nil {
+		return false
+	}
+	_, _, ok = parsePartitionDir(rest[:i])
+	return ok
+}
+
 // parsePartitionDir splits "<topic>-<n>" (topic names may hold '-').
 func parsePartitionDir(name string) (topic string, n int32, ok bool) {
 	i := strings.LastIndexByte(name, '-')
