@@ -29,6 +29,7 @@ type Broker struct {
 	dir    string
 	opts   Options
 	logger *slog.Logger
+	fs     vfs.FS // the data directory's file layer (Options.fs)
 	lock   io.Closer
 
 	// mu serialises changes to the topic set and the registry; readers
@@ -60,10 +61,46 @@ type topic struct {
 	cfg      atomic.Pointer[TopicConfig] // the topic's own settings (zero fields: defaults); see config
 	created  time.Time
 	internal bool // __consumer_offsets
-	parts    atomic.Pointer[[]*partition.Partition]
+	// parts holds the partitions by number; an offline one is nil.
+	parts atomic.Pointer[[]*partition.Partition]
+	// offline says why each nil partition could not be opened. Set by load
+	// before the topic is published and never changed after: partitions
+	// created later are created whole or not at all.
+	offline map[int32]error
 }
 
+// partitions returns the partitions by number; an offline one is nil.
 func (t *topic) partitions() []*partition.Partition { return *t.parts.Load() }
+
+// online returns the partitions that are open, for work over all of them.
+func (t *topic) online() []*partition.Partition {
+	parts := t.partitions()
+	out := make([]*partition.Partition, 0, len(parts))
+	for _, p := range parts {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// partition returns partition n: ErrUnknownPartition if there is none,
+// ErrPartitionOffline if it could not be opened.
+func (t *topic) partition(n int32) (*partition.Partition, error) {
+	parts := t.partitions()
+	if n < 0 || int(n) >= len(parts) {
+		return nil, fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, t.name, n, len(parts))
+	}
+	if parts[n] == nil {
+		return nil, t.offlineError(n)
+	}
+	return parts[n], nil
+}
+
+// offlineError is the error reads and writes of offline partition n get.
+func (t *topic) offlineError(n int32) error {
+	return fmt.Errorf("%w: %s-%d could not be opened: %w", ErrPartitionOffline, t.name, n, t.offline[n])
+}
 
 // config is the topic's own settings. AlterTopicConfig replaces them while
 // producers, the cleaner and describers read them.
@@ -72,7 +109,11 @@ func (t *topic) config() TopicConfig { return *t.cfg.Load() }
 func (t *topic) setConfig(c TopicConfig) { t.cfg.Store(&c) }
 
 // Open opens (or creates) the broker whose data lives in dir. Only one
-// Broker, in one process, may use a directory at a time.
+// Broker, in one process, may use a directory at a time. A partition that
+// cannot be opened does not fail Open: it is offline (see
+// PartitionDescription.Offline) and the others serve. Open fails if the
+// topic registry is damaged or missing, or a partition of the offsets
+// topic cannot be opened.
 func Open(dir string, opts Options) (*Broker, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -85,7 +126,7 @@ func Open(dir string, opts Options) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spool: open %s: %w", dir, err)
 	}
-	b := &Broker{dir: dir, opts: opts, logger: opts.Logger, lock: lk, bgStop: make(chan struct{}), bgDone: make(chan struct{})}
+	b := &Broker{dir: dir, opts: opts, logger: opts.Logger, fs: opts.fs, lock: lk, bgStop: make(chan struct{}), bgDone: make(chan struct{})}
 	empty := map[string]*topic{}
 	b.topics.Store(&empty)
 	b.coord = group.NewCoordinator(group.Options{
@@ -123,8 +164,23 @@ func Open(dir string, opts Options) (*Broker, error) {
 }
 
 // load reads the registry, opens every partition, and removes what deleted
-// topics left behind.
+// topics and interrupted creations left behind.
+//
+// A partition that cannot be opened (a damaged log, a full disk, a
+// directory that belongs to another topic) is offline: the broker serves
+// the others, and that one answers ErrPartitionOffline with the reason
+// until the broker is reopened. Kafka takes a whole log directory offline;
+// a partition is spool's unit. What the broker as a whole cannot be sure
+// of still refuses Open: a damaged or missing registry (which partitions
+// exist at all is then unknown), and a partition of __consumer_offsets
+// (the group coordinator loads every group's offsets at Open; a group
+// whose offsets were missing would have its consumers reset their
+// positions instead of waiting).
 func (b *Broker) load() error {
+	// A registry write that a crash cut short left its temporary file.
+	if err := os.Remove(filepath.Join(b.dir, registryFile+".tmp")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("spool: %w", err)
+	}
 	reg, err := readRegistry(b.dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -132,7 +188,7 @@ func (b *Broker) load() error {
 			// Never guess which directories are data: refuse.
 			return fmt.Errorf("%w: %s has partition directories (%s, ...) but no %s", errBadRegistry, b.dir, dirs[0], registryFile)
 		}
-		if err := writeRegistry(b.dir, registry{}); err != nil {
+		if err := writeRegistryFS(b.fs, b.dir, registry{}); err != nil {
 			return err
 		}
 	case err != nil:
@@ -146,12 +202,25 @@ func (b *Broker) load() error {
 		}
 		t := &topic{name: rt.Name, id: id, created: rt.Created, internal: rt.Internal}
 		t.setConfig(fromStored(rt.Config, 0))
-		empty := []*partition.Partition{}
-		t.parts.Store(&empty)
+		parts := make([]*partition.Partition, max(rt.Partitions, 0))
+		t.parts.Store(&parts)
 		topics[t.name] = t
-		b.topics.Store(&topics)
-		if err := b.openPartitions(t, rt.Partitions); err != nil {
-			return err
+		b.topics.Store(&topics) // so that a failed Open closes what it opened
+		for i := range parts {
+			p, err := b.openRegistered(t, int32(i))
+			if err != nil && t.internal {
+				return err
+			}
+			if err != nil {
+				if t.offline == nil {
+					t.offline = map[int32]error{}
+				}
+				t.offline[int32(i)] = err
+				b.logger.Error("partition offline: it could not be opened; serving the other partitions",
+					"topic", t.name, "partition", i, "err", err)
+				continue
+			}
+			parts[i] = p
 		}
 	}
 	b.topics.Store(&topics)
@@ -170,10 +239,14 @@ func (b *Broker) partitionDirs() []string {
 	return out
 }
 
-// removeLeftovers deletes partition directories of deleted topics: those
-// renamed for deletion, and those whose partition.metadata names a topic ID
-// the registry no longer has (a crash between the registry update and the
-// rename). Directories without metadata are left alone, with a warning.
+// removeLeftovers deletes partition directories of deleted topics and of
+// creations that did not finish: those renamed for deletion, those being
+// created (named for creation), and those whose partition.metadata names a
+// topic ID the registry does not have in that place (a crash between the
+// registry update and the rename of a deletion, or between the creation of
+// partitions and the registry update). A registered partition's directory
+// is never removed, even if it could not be opened. Directories without
+// metadata are left alone, with a warning.
 func (b *Broker) removeLeftovers(topics map[string]*topic) error {
 	entries, err := os.ReadDir(b.dir)
 	if err != nil {
@@ -185,7 +258,7 @@ func (b *Broker) removeLeftovers(topics map[string]*topic) error {
 		if !e.IsDir() {
 			continue
 		}
-		if len(name) > len(deleteSuffix) && name[len(name)-len(deleteSuffix):] == deleteSuffix {
+		if len(name) > len(deleteSuffix) && name[len(name)-len(deleteSuffix):] == deleteSuffix || isCreatingDir(name) {
 			if err := os.RemoveAll(p); err != nil {
 				return err
 			}
@@ -195,52 +268,20 @@ func (b *Broker) removeLeftovers(topics map[string]*topic) error {
 		if !ok {
 			continue
 		}
+		if t := topics[tn]; t != nil && n < int32(len(t.partitions())) {
+			continue // registered; if it did not open, it is offline
+		}
 		id, err := readPartitionMeta(p)
 		if err != nil {
 			b.logger.Warn("partition directory without readable metadata; leaving it", "dir", p, "err", err)
 			continue
 		}
-		if t := topics[tn]; t != nil && t.id == id && n < int32(len(t.partitions())) {
-			continue
-		}
-		b.logger.Info("removing the partition of a deleted topic", "dir", p, "topic_id", id)
+		b.logger.Info("removing the partition directory of a deleted topic or an unfinished creation", "dir", p, "topic_id", id)
 		if err := os.RemoveAll(p); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// openPartitions opens (creating) partitions [len(current), n) of t.
-func (b *Broker) openPartitions(t *topic, n int32) error {
-	cfg := b.effective(t.config())
-	parts := slices.Clone(t.partitions())
-	for i := int32(len(parts)); i < n; i++ {
-		dir := partitionDir(b.dir, t.name, i)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("spool: %w", err)
-		}
-		if id, err := readPartitionMeta(dir); errors.Is(err, os.ErrNotExist) {
-			if err := writePartitionMeta(dir, t.id); err != nil {
-				return err
-			}
-		} else if err != nil {
-			return err
-		} else if id != t.id {
-			return fmt.Errorf("spool: %s belongs to topic id %s, not %s's %s", dir, id, t.name, t.id)
-		}
-		lo := b.logOptions(cfg)
-		if t.internal {
-			lo.IndexMaxBytes = offsetsTopicIndexBytes // many small partitions
-		}
-		p, err := partition.Open(dir, t.name, i, partition.Options{Log: lo})
-		if err != nil {
-			return fmt.Errorf("spool: open %s-%d: %w", t.name, i, err)
-		}
-		parts = append(parts, p)
-		t.parts.Store(&parts)
-	}
-	return vfs.Default.SyncDir(b.dir)
 }
 
 func (b *Broker) snapshot() map[string]*topic { return *b.topics.Load() }
@@ -267,6 +308,7 @@ func (b *Broker) topic(ctx context.Context, name string, create bool) (*topic, e
 }
 
 // Partition returns partition n of a topic, for direct use of its log.
+// An offline partition gives ErrPartitionOffline.
 //
 // On a broker in a cluster it is this broker's replica of a replicated
 // topic's partition (ErrUnknownPartition if it holds none): a follower's
@@ -285,11 +327,7 @@ func (b *Broker) Partition(topicName string, n int32) (*partition.Partition, err
 	if err != nil {
 		return nil, err
 	}
-	parts := t.partitions()
-	if n < 0 || int(n) >= len(parts) {
-		return nil, fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, topicName, n, len(parts))
-	}
-	return parts[n], nil
+	return t.partition(n)
 }
 
 // registryLocked builds the registry from the current topics. Called with
@@ -307,9 +345,11 @@ func (b *Broker) registryLocked(topics map[string]*topic) registry {
 }
 
 // CreateTopic creates a topic. Zero fields of cfg take the broker's
-// defaults. The topic is in the registry, on stable storage, before any of
-// its partitions is created; a crash in between is finished on the next
-// Open.
+// defaults. Creation is all or nothing: when a file operation fails (a full
+// disk) it returns an error wrapping ErrStorage, the topic is not
+// registered and none of its files are left; the same call succeeds once
+// the cause is gone. A crash part of the way is undone by the next Open
+// (see newPartitions).
 func (b *Broker) CreateTopic(ctx context.Context, name string, cfg TopicConfig) error {
 	if name == OffsetsTopic {
 		return fmt.Errorf("%w: %q is internal", ErrInvalidTopic, name)
@@ -349,25 +389,17 @@ func (b *Broker) createTopic(ctx context.Context, name string, cfg TopicConfig, 
 	own := cfg
 	own.Partitions = 0 // the registry records the count separately
 	t.setConfig(own)
-	empty := []*partition.Partition{}
-	t.parts.Store(&empty)
 
+	// The partitions first, then the registry: see newPartitions.
+	parts, err := b.newPartitions(t, 0, n)
+	if err != nil {
+		return b.creationFailed("create topic", name, 0, n, err)
+	}
+	t.parts.Store(&parts)
 	topics := cloneMap(old)
 	topics[name] = t
-	reg := b.registryLocked(topics)
-	for i := range reg.Topics {
-		if reg.Topics[i].Name == name {
-			reg.Topics[i].Partitions = n
-		}
-	}
-	if err := writeRegistry(b.dir, reg); err != nil {
-		return err
-	}
-	if err := b.openPartitions(t, n); err != nil {
-		// The registry has the topic; the next Open creates what is
-		// missing. Publish what exists so it can be deleted.
-		b.topics.Store(&topics)
-		return err
+	if err := b.commitRegistry(b.registryLocked(old), b.registryLocked(topics), t, 0, n, parts); err != nil {
+		return b.creationFailed("create topic", name, 0, n, err)
 	}
 	b.topics.Store(&topics)
 	return nil
@@ -398,16 +430,21 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	}
 	topics := cloneMap(old)
 	delete(topics, name)
-	if err := writeRegistry(b.dir, b.registryLocked(topics)); err != nil {
+	if err := writeRegistryFS(b.fs, b.dir, b.registryLocked(topics)); err != nil {
 		return err
 	}
 	b.topics.Store(&topics)
 	var errs []error
-	for _, p := range t.partitions() {
-		errs = append(errs, p.Close())
-		aside := p.Dir() + "." + t.id.String() + deleteSuffix
-		if err := os.Rename(p.Dir(), aside); err != nil {
-			errs = append(errs, err)
+	for i, p := range t.partitions() {
+		if p != nil {
+			errs = append(errs, p.Close())
+		}
+		dir := partitionDir(b.dir, t.name, int32(i))
+		aside := dir + "." + t.id.String() + deleteSuffix
+		if err := os.Rename(dir, aside); err != nil {
+			if p != nil || !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		errs = append(errs, os.RemoveAll(aside))
@@ -418,7 +455,9 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 
 // CreatePartitions grows a topic to total partitions. Existing partitions
 // keep their data; keyed records produced from now on spread over all of
-// them (so a key may move partition, as in Kafka).
+// them (so a key may move partition, as in Kafka). Like CreateTopic it is
+// all or nothing: on an error wrapping ErrStorage the topic keeps its
+// partitions and no file of the new ones is left.
 func (b *Broker) CreatePartitions(ctx context.Context, name string, total int32) error {
 	if b.clustered(name) {
 		if b.closed.Load() {
@@ -446,16 +485,23 @@ func (b *Broker) CreatePartitions(ctx context.Context, name string, total int32)
 	if total <= have {
 		return fmt.Errorf("%w: %q has %d partitions; partitions can only be added (asked for %d)", ErrInvalidConfig, name, have, total)
 	}
-	reg := b.registryLocked(b.snapshot())
-	for i := range reg.Topics {
-		if reg.Topics[i].Name == name {
-			reg.Topics[i].Partitions = total
+	added, err := b.newPartitions(t, have, total)
+	if err != nil {
+		return b.creationFailed("create partitions of", name, have, total, err)
+	}
+	prev := b.registryLocked(b.snapshot())
+	next := b.registryLocked(b.snapshot())
+	for i := range next.Topics {
+		if next.Topics[i].Name == name {
+			next.Topics[i].Partitions = total
 		}
 	}
-	if err := writeRegistry(b.dir, reg); err != nil {
-		return err
+	if err := b.commitRegistry(prev, next, t, have, total, added); err != nil {
+		return b.creationFailed("create partitions of", name, have, total, err)
 	}
-	return b.openPartitions(t, total)
+	parts := append(slices.Clone(t.partitions()), added...)
+	t.parts.Store(&parts)
+	return nil
 }
 
 // Topics lists the topic names, sorted.
@@ -482,7 +528,13 @@ type TopicDescription struct {
 
 // PartitionDescription describes one partition.
 type PartitionDescription struct {
-	Partition     int32
+	Partition int32
+	// Offline, if not nil, is why the partition could not be opened when
+	// the broker was (a damaged log, a full disk): it serves no reads or
+	// writes (ErrPartitionOffline) until the broker is reopened, which
+	// tries again. Its offsets and sizes are then unknown (zero), it has
+	// no leader (-1) and its ISR is empty.
+	Offline       error
 	StartOffset   int64 // the first readable offset
 	EndOffset     int64 // the offset the next record will get
 	HighWatermark int64 // consumers read below this
@@ -512,7 +564,14 @@ func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
 	parts := t.partitions()
 	d := TopicDescription{Name: t.name, ID: t.id, Internal: t.internal, Config: b.effective(t.config())}
 	d.Config.Partitions = int32(len(parts))
-	for _, p := range parts {
+	for i, p := range parts {
+		if p == nil {
+			d.Partitions = append(d.Partitions, PartitionDescription{
+				Partition: int32(i), Offline: t.offline[int32(i)],
+				Leader: -1, Replicas: []int32{b.opts.NodeID}, ISR: []int32{},
+			})
+			continue
+		}
 		d.Partitions = append(d.Partitions, PartitionDescription{
 			Partition: p.ID(), StartOffset: p.StartOffset(), EndOffset: p.EndOffset(),
 			HighWatermark: p.HighWatermark(), LeaderEpoch: p.LeaderEpoch(),
@@ -550,7 +609,7 @@ func (b *Broker) clean(force bool) {
 		if !b.effective(t.config()).CleanupPolicy.compacts() {
 			continue
 		}
-		for _, p := range t.partitions() {
+		for _, p := range t.online() {
 			if b.closed.Load() {
 				return
 			}
@@ -562,7 +621,8 @@ func (b *Broker) clean(force bool) {
 }
 
 // Compact cleans every partition of a compacted topic now, whatever its
-// dirty ratio, and reports what was done, summed over the partitions.
+// dirty ratio, and reports what was done, summed over the partitions. An
+// offline partition is skipped and reported in the error.
 func (b *Broker) Compact(ctx context.Context, topicName string) (log.CleanStats, error) {
 	if b.clustered(topicName) && b.partitionCount(topicName) >= 0 {
 		return log.CleanStats{}, fmt.Errorf("spool: %s on replicated topic %q: %w", "Compact", topicName, errors.ErrUnsupported)
@@ -575,7 +635,12 @@ func (b *Broker) Compact(ctx context.Context, topicName string) (log.CleanStats,
 	if !b.effective(t.config()).CleanupPolicy.compacts() {
 		return sum, fmt.Errorf("%w: %q has cleanup.policy %s", ErrInvalidConfig, topicName, b.effective(t.config()).CleanupPolicy)
 	}
-	for _, p := range t.partitions() {
+	var offline []error
+	for i, p := range t.partitions() {
+		if p == nil {
+			offline = append(offline, t.offlineError(int32(i)))
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return sum, err
 		}
@@ -593,7 +658,7 @@ func (b *Broker) Compact(ctx context.Context, topicName string) (log.CleanStats,
 		sum.TombstonesRemoved += st.TombstonesRemoved
 		sum.Duration += st.Duration
 	}
-	return sum, nil
+	return sum, errors.Join(offline...)
 }
 
 // Groups is the broker's group coordinator: consumer groups and their
@@ -610,7 +675,7 @@ func (b *Broker) maintain() {
 	}
 	var all []tparts
 	for _, t := range b.snapshot() {
-		all = append(all, tparts{t.name, t.partitions()})
+		all = append(all, tparts{t.name, t.online()})
 	}
 	if b.cl != nil {
 		all = append(all, tparts{"", b.replicaPartitions()})
@@ -660,7 +725,7 @@ func (b *Broker) Close() error {
 func (b *Broker) closePartitions() error {
 	var errs []error
 	for _, t := range b.snapshot() {
-		for _, p := range t.partitions() {
+		for _, p := range t.online() {
 			errs = append(errs, p.Close())
 		}
 	}

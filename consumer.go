@@ -125,10 +125,11 @@ type Consumer struct {
 }
 
 type assignment struct {
-	tp    TopicPartition
-	part  *partition.Partition // nil for a replicated topic: see partOf
-	pos   int64
-	valid bool // pos was set (Seek or reset) and not found out of range
+	tp      TopicPartition
+	part    *partition.Partition // nil for a replicated topic: see partOf
+	offline error                // the partition could not be opened (part is nil)
+	pos     int64
+	valid   bool // pos was set (Seek or reset) and not found out of range
 }
 
 // NewConsumer returns a Consumer of the broker with nothing assigned.
@@ -173,13 +174,14 @@ func (c *Consumer) Assign(topic string, partitions ...int32) error {
 		return ErrGroupMode
 	}
 	var parts []*partition.Partition
+	var offline func(n int32) error
 	count := c.b.partitionCount(topic)
 	if !c.b.clustered(topic) {
 		t, err := c.b.topic(context.Background(), topic, false)
 		if err != nil {
 			return err
 		}
-		parts = t.partitions()
+		parts, offline = t.partitions(), t.offlineError
 		count = int32(len(parts))
 	} else if count < 0 {
 		return fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
@@ -206,7 +208,10 @@ func (c *Consumer) Assign(topic string, partitions ...int32) error {
 		}
 		a := &assignment{tp: tp}
 		if parts != nil {
-			a.part = parts[n]
+			a.part, a.offline = parts[n], nil
+			if a.part == nil {
+				a.offline = offline(n)
+			}
 		}
 		c.byTP[tp] = a
 		c.assigned = append(c.assigned, a)
@@ -379,6 +384,9 @@ func (c *Consumer) partOf(ctx context.Context, a *assignment) (*partition.Partit
 	if a.part != nil {
 		return a.part, nil
 	}
+	if a.offline != nil {
+		return nil, a.offline
+	}
 	return c.b.leaderPartition(ctx, a.tp)
 }
 
@@ -386,7 +394,9 @@ func (c *Consumer) partOf(ctx context.Context, a *assignment) (*partition.Partit
 // from each partition (starting with a different one each call, for
 // fairness) up to MaxPartitionFetchBytes and FetchMaxBytes in all, and waits
 // up to FetchMaxWait for FetchMinBytes, or until ctx ends. It may return no
-// records. The records' byte slices are the caller's to keep.
+// records. The records' byte slices are the caller's to keep. An offline
+// partition (see PartitionDescription.Offline) gives nothing until the
+// broker is reopened; Poll reads the others.
 func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 	deadline := time.Now().Add(c.cfg.FetchMaxWait)
 	var wake <-chan struct{}
@@ -472,6 +482,9 @@ func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struc
 		if err != nil {
 			if retriable(err) {
 				continue // no leader right now: try again at the next poll
+			}
+			if errors.Is(err, ErrPartitionOffline) {
+				continue // it has nothing to give until the broker is reopened
 			}
 			return recs, total, changed, err
 		}

@@ -343,7 +343,9 @@ func (c *Consumer) assign(tps []TopicPartition) error {
 		}
 		a := &assignment{tp: tp}
 		if t := c.b.snapshot()[tp.Topic]; t != nil && !c.b.clustered(tp.Topic) {
-			a.part = t.partitions()[tp.Partition]
+			if a.part = t.partitions()[tp.Partition]; a.part == nil {
+				a.offline = t.offlineError(tp.Partition)
+			}
 		}
 		if o, ok := committed[tp]; ok && o.Offset >= 0 {
 			a.pos, a.valid = o.Offset, true

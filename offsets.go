@@ -209,8 +209,10 @@ func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) 
 	if err != nil {
 		return err
 	}
-	parts := t.partitions()
-	p := parts[offsetsPartitionFor(groupID, int32(len(parts)))]
+	p, err := t.partition(offsetsPartitionFor(groupID, int32(len(t.partitions()))))
+	if err != nil {
+		return err
+	}
 	_, err = p.Append(recs...)
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/spoolmq/spool/internal/vfs"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
@@ -25,6 +26,18 @@ var (
 	ErrOffsetOutOfRange = log.ErrOffsetOutOfRange
 	// ErrLocked means another process has the data directory open.
 	ErrLocked = log.ErrLocked
+	// ErrStorage means a file operation in the data directory failed - a
+	// full disk, an I/O error, a file in the way - and the operation that
+	// needed it changed nothing: a topic or partitions that could not be
+	// created are not registered and leave no files. The wrapped error
+	// says what failed (errors.Is finds syscall.ENOSPC, for example).
+	// Kafka's KAFKA_STORAGE_ERROR.
+	ErrStorage = errors.New("spool: storage error")
+	// ErrPartitionOffline means the partition could not be opened when the
+	// broker was (see PartitionDescription.Offline): it serves no reads or
+	// writes until the broker is reopened, while the broker serves its
+	// other partitions. It matches ErrStorage too.
+	ErrPartitionOffline = fmt.Errorf("%w: partition offline", ErrStorage)
 )
 
 // Toggle is an on/off setting whose zero value means "the default".
@@ -105,6 +118,10 @@ type Options struct {
 	// controller places and elects. transport.StartNode sets it; nil: a
 	// standalone broker (or, with Cluster, an in-process one).
 	Node *NodeOptions
+
+	// fs is the file layer of the data directory: the registry, partition
+	// directories and their logs. Default vfs.Default; tests inject faults.
+	fs vfs.FS
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -134,6 +151,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.fs == nil {
+		o.fs = vfs.Default
 	}
 	if err := o.Topic.validate(); err != nil {
 		return o, err
@@ -351,5 +371,6 @@ func (b *Broker) logOptions(c TopicConfig) log.Options {
 		MinCleanableDirtyRatio: c.MinCleanableDirtyRatio,
 		CleanerBufferBytes:     b.opts.CleanerBufferBytes,
 		Logger:                 b.logger,
+		FS:                     b.opts.fs,
 	}
 }

@@ -27,16 +27,16 @@ func (b *Broker) Produce(ctx context.Context, rec Record) (RecordMetadata, error
 	if err != nil {
 		return RecordMetadata{}, err
 	}
-	parts := t.partitions()
-	n := b.choosePartition(t.name, &rec, int32(len(parts)))
-	if n < 0 || int(n) >= len(parts) {
-		return RecordMetadata{}, fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, rec.Topic, rec.Partition, len(parts))
+	n := b.choosePartition(t.name, &rec, int32(len(t.partitions())))
+	p, err := t.partition(n)
+	if err != nil {
+		return RecordMetadata{}, err
 	}
 	ts := rec.Timestamp
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	off, err := parts[n].Append(record.Record{Timestamp: ts, Key: rec.Key, Value: rec.Value, Headers: rec.Headers})
+	off, err := p.Append(record.Record{Timestamp: ts, Key: rec.Key, Value: rec.Value, Headers: rec.Headers})
 	if err != nil {
 		return RecordMetadata{}, b.wrapClosed(err)
 	}

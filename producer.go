@@ -243,6 +243,13 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 		p.mu.Unlock()
 		return fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, rec.Topic, rec.Partition, count)
 	}
+	if parts != nil && parts[n] == nil {
+		// Offline: nothing may be queued for it (a nil part means a
+		// replicated partition to send).
+		p.release(size)
+		p.mu.Unlock()
+		return pt.t.offlineError(n)
+	}
 	for int32(len(pt.accums)) < count { // the topic grew
 		a := &accum{topic: pt.name, id: int32(len(pt.accums))}
 		if parts != nil {

@@ -52,10 +52,12 @@ func newTopicID() TopicID {
 //	<data dir>/<topic>-<n>/         partition n of a topic
 //	  partition.metadata            "version: 0" and "topic_id: <id>", as Kafka writes it
 //	<data dir>/<topic>-<n>.<id>-delete/   a deleted topic's partition, being removed
+//	<data dir>/<topic>-<n>.<id>-create/   a partition being created, before its metadata is written
 const (
 	registryFile      = "topics.json"
 	partitionMetaFile = "partition.metadata"
 	deleteSuffix      = "-delete"
+	createSuffix      = "-create"
 )
 
 type registry struct {
@@ -163,22 +165,51 @@ func readRegistry(dir string) (registry, error) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func writeRegistry(dir string, r registry) error {
+func writeRegistry(dir string, r registry) error { return writeRegistryFS(vfs.Default, dir, r) }
+
+func writeRegistryFS(fsys vfs.FS, dir string, r registry) error {
 	r.Version = 1
 	body, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
 	data := fmt.Appendf(body, "\ncrc32c %08x\n", crc32.Checksum(body, castagnoli))
-	if err := vfs.WriteFileAtomic(vfs.Default, filepath.Join(dir, registryFile), data); err != nil {
+	if err := vfs.WriteFileAtomic(fsys, filepath.Join(dir, registryFile), data); err != nil {
 		return fmt.Errorf("spool: write topic registry: %w", err)
 	}
 	return nil
 }
 
+// records reports whether the registry has the topic whose ID is id with
+// at least n partitions.
+func (r registry) records(id TopicID, n int32) bool {
+	for _, t := range r.Topics {
+		if t.ID == id.String() && t.Partitions >= n {
+			return true
+		}
+	}
+	return false
+}
+
 // partitionDir is the directory of partition n of topic.
 func partitionDir(dir, topic string, n int32) string {
 	return filepath.Join(dir, topic+"-"+strconv.Itoa(int(n)))
+}
+
+// isCreatingDir reports whether name is "<topic>-<n>.<topic id>-create": a
+// partition directory being created. Nothing else in the data directory is
+// taken for one.
+func isCreatingDir(name string) bool {
+	rest, ok := strings.CutSuffix(name, createSuffix)
+	i := strings.LastIndexByte(rest, '.')
+	if !ok || i < 0 {
+		return false
+	}
+	if _, err := ParseTopicID(rest[i+1:]); err != nil {
+		return false
+	}
+	_, _, ok = parsePartitionDir(rest[:i])
+	return ok
 }
 
 // parsePartitionDir splits "<topic>-<n>" (topic names may hold '-').
@@ -197,8 +228,12 @@ func parsePartitionDir(name string) (topic string, n int32, ok bool) {
 // writePartitionMeta records the topic ID in a partition directory, as
 // Kafka's partition.metadata does.
 func writePartitionMeta(dir string, id TopicID) error {
+	return writePartitionMetaFS(vfs.Default, dir, id)
+}
+
+func writePartitionMetaFS(fsys vfs.FS, dir string, id TopicID) error {
 	data := []byte("version: 0\ntopic_id: " + id.String() + "\n")
-	return vfs.WriteFileAtomic(vfs.Default, filepath.Join(dir, partitionMetaFile), data)
+	return vfs.WriteFileAtomic(fsys, filepath.Join(dir, partitionMetaFile), data)
 }
 
 // readPartitionMeta returns the topic ID recorded in a partition directory.

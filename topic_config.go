@@ -116,7 +116,7 @@ func (b *Broker) AlterTopicConfig(ctx context.Context, name string, alter func(o
 			reg.Topics[i].Config = toStored(cfg)
 		}
 	}
-	if err := writeRegistry(b.dir, reg); err != nil {
+	if err := writeRegistryFS(b.fs, b.dir, reg); err != nil {
 		return err
 	}
 	// Readers (DescribeTopic, the cleaner, producers) load the config
@@ -125,7 +125,7 @@ func (b *Broker) AlterTopicConfig(ctx context.Context, name string, alter func(o
 	b.topics.Store(new(cloneMap(old)))
 	lo := b.logOptions(b.effective(cfg))
 	var errs []error
-	for _, p := range t.partitions() {
+	for _, p := range t.online() { // an offline one gets cfg when it opens
 		errs = append(errs, p.Log().Reconfigure(lo))
 	}
 	return errors.Join(errs...)

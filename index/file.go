@@ -92,6 +92,13 @@ func (ix *file) mapFile(maxBytes int, valid func([]byte, int) int) error {
 			return fmt.Errorf("index: %s: maximum size %d holds no entry", ix.path, maxBytes)
 		}
 		if err := ix.f.Allocate(0, int64(maxBytes)); err != nil {
+			// A failed fallocate may have extended the file part of the
+			// way (ext4 keeps what it allocated before running out).
+			// Cut it back, so that the entries still read as they did
+			// and a retry with a smaller maxBytes finds the same file.
+			if size < int64(maxBytes) {
+				_ = ix.f.Truncate(size)
+			}
 			return fmt.Errorf("index: allocate %s: %w", ix.path, err)
 		}
 		mapBytes = maxBytes

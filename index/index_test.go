@@ -244,3 +244,45 @@ func TestConcurrentReadersDuringAppends(t *testing.T) {
 	close(done)
 	wg.Wait()
 }
+
+// halfAllocFS is a file system whose fallocate runs out of space half way,
+// as ext4's can: the file keeps the size reached before the error.
+type halfAllocFS struct{ vfs.FS }
+
+func (h halfAllocFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := h.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return halfAllocFile{f}, nil
+}
+
+type halfAllocFile struct{ vfs.File }
+
+func (f halfAllocFile) Allocate(off, n int64) error {
+	if err := f.File.Allocate(off, n/2); err != nil {
+		return err
+	}
+	return &os.PathError{Op: "fallocate", Path: f.Name(), Err: vfs.ErrNoSpace}
+}
+
+// A preallocation that fails part of the way leaves the index file as it
+// was: its entries read back unchanged, not as a corrupt file.
+func TestFailedAllocationLeavesFileAsItWas(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "i")
+	x, err := OpenOffset(nil, p, 100, 4096, true)
+	require.NoError(t, err)
+	for i := int64(1); i <= 3; i++ {
+		require.NoError(t, x.Append(100+i, i*100))
+	}
+	require.NoError(t, x.Close()) // trimmed to its 3 entries
+	_, err = OpenOffset(halfAllocFS{vfs.Default}, p, 100, 4096, true)
+	require.ErrorIs(t, err, vfs.ErrNoSpace)
+	st, err := os.Stat(p)
+	require.NoError(t, err)
+	require.Equal(t, int64(3*OffsetEntrySize), st.Size())
+	x, err = OpenOffset(nil, p, 100, 4096, false)
+	require.NoError(t, err, "the entries must still read as a trimmed index")
+	require.Equal(t, 3, x.Len())
+	require.NoError(t, x.Close())
+}

@@ -202,8 +202,12 @@ type Options struct {
 	CleanerBufferBytes int
 	// Logger receives warnings about recovery and failures. Default: none.
 	Logger *slog.Logger
+	// FS is the file layer the log's files go through. Default: the
+	// operating system's. Tests of the layers above inject faults through
+	// it (a full disk, a failing fsync); vfs is internal to this module.
+	FS vfs.FS
 
-	fs  vfs.FS           // the file layer; tests inject faults here
+	fs  vfs.FS           // FS or the default; this package's tests may set it directly
 	now func() time.Time // the clock; tests set it
 }
 
@@ -279,6 +283,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.fs == nil {
+		o.fs = o.FS
 	}
 	if o.fs == nil {
 		o.fs = vfs.Default

@@ -39,6 +39,13 @@
 // invalid batch; the log decides whether to truncate there (a torn tail
 // after a crash) or to refuse (damage in the middle of acknowledged data).
 //
+// Index files are preallocated to IndexMaxBytes with real blocks. A segment
+// being created gets that or fails (a full disk is an error). A segment
+// being reopened, recovered or re-indexed holds data already: when the disk
+// has no room for the full preallocation its indexes take only what that
+// data needs, so that recovery never needs much more free space than the
+// data already holds. Such a segment rolls once its smaller index fills.
+//
 // # Concurrency
 //
 // One writer (the log, under its lock) appends, truncates and seals. Readers

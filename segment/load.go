@@ -36,7 +36,7 @@ func (s *Segment) indexes() (*indexes, error) {
 // both). Files that are missing, malformed or disagree with the log are
 // rebuilt.
 func (s *Segment) loadSealed() (*indexes, error) {
-	ix, err := s.openIndexes(false)
+	ix, err := s.openIndexes(false, 0)
 	if err == nil {
 		if err = s.checkSealed(ix); err == nil {
 			return ix, nil
@@ -94,16 +94,13 @@ func (s *Segment) rebuildSealed() (*indexes, error) {
 			return nil, err
 		}
 	}
-	off, err := index.OpenOffset(s.opts.FS, offTmp, s.base, s.opts.IndexMaxBytes, true)
+	ix, err := s.openIndexesAt(offTmp, timTmp, true, s.size.Load())
 	if err != nil {
+		_ = s.opts.FS.Remove(offTmp)
+		_ = s.opts.FS.Remove(timTmp)
 		return nil, err
 	}
-	tim, err := index.OpenTime(s.opts.FS, timTmp, s.base, s.opts.IndexMaxBytes, true)
-	if err != nil {
-		_ = off.CloseNoTrim()
-		return nil, err
-	}
-	ix := &indexes{off: off, tim: tim}
+	off, tim := ix.off, ix.tim
 	fail := func(err error) (*indexes, error) {
 		_ = ix.close(false)
 		_ = s.opts.FS.Remove(offTmp)

@@ -173,11 +173,15 @@ func Create(dir string, base int64, opts Options) (*Segment, error) {
 	}
 	s.f = f
 	// Index files left by an earlier segment of the same base (one removed
-	// by truncation) would hold stale entries: start from empty files.
-	ix, err := s.recreateIndexes()
+	// by truncation) would hold stale entries: start from empty files. A
+	// new segment gets its full preallocation or fails (a full disk):
+	// nothing is left of it then.
+	ix, err := s.recreateIndexes(noData)
 	if err != nil {
 		f.Close()
 		_ = opts.FS.Remove(s.logPath)
+		_ = opts.FS.Remove(s.indexPath())
+		_ = opts.FS.Remove(s.timeIndexPath())
 		return nil, err
 	}
 	s.idx.Store(ix)
@@ -209,7 +213,7 @@ func Open(dir string, base int64, opts Options, writable bool) (*Segment, error)
 	s.size.Store(st.Size())
 	s.committed.Store(st.Size())
 	if writable {
-		ix, err := s.openIndexes(true)
+		ix, err := s.openIndexes(true, st.Size())
 		if err != nil {
 			if !errors.Is(err, index.ErrCorrupt) {
 				f.Close()
@@ -217,7 +221,7 @@ func Open(dir string, base int64, opts Options, writable bool) (*Segment, error)
 			}
 			// Unusable index files: start them afresh; Recover or
 			// Resume refills them from the log.
-			if ix, err = s.recreateIndexes(); err != nil {
+			if ix, err = s.recreateIndexes(st.Size()); err != nil {
 				f.Close()
 				return nil, err
 			}
@@ -247,12 +251,32 @@ func (s *Segment) timeIndexPath() string {
 	return filepath.Join(s.dir, FileName(s.base, TimeIndexSuffix))
 }
 
-func (s *Segment) openIndexes(writable bool) (*indexes, error) {
-	off, err := index.OpenOffset(s.opts.FS, s.indexPath(), s.base, s.opts.IndexMaxBytes, writable)
+// noData is the log size openIndexes is given for a segment being
+// created: it has no data to index, and gets its full preallocation or an
+// error.
+const noData = -1
+
+// openIndexes opens both index files. logSize is the size of the .log file
+// whose batches writable indexes are to index (see openIndex), or
+// noData.
+func (s *Segment) openIndexes(writable bool, logSize int64) (*indexes, error) {
+	return s.openIndexesAt(s.indexPath(), s.timeIndexPath(), writable, logSize)
+}
+
+func (s *Segment) openIndexesAt(offPath, timPath string, writable bool, logSize int64) (*indexes, error) {
+	var off *index.Offset
+	err := s.openIndex(offPath, index.OffsetEntrySize, writable, logSize, func(maxBytes int) (err error) {
+		off, err = index.OpenOffset(s.opts.FS, offPath, s.base, maxBytes, writable)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	tim, err := index.OpenTime(s.opts.FS, s.timeIndexPath(), s.base, s.opts.IndexMaxBytes, writable)
+	var tim *index.Time
+	err = s.openIndex(timPath, index.TimeEntrySize, writable, logSize, func(maxBytes int) (err error) {
+		tim, err = index.OpenTime(s.opts.FS, timPath, s.base, maxBytes, writable)
+		return err
+	})
 	if err != nil {
 		off.CloseNoTrim()
 		return nil, err
@@ -260,14 +284,47 @@ func (s *Segment) openIndexes(writable bool) (*indexes, error) {
 	return &indexes{off: off, tim: tim}, nil
 }
 
+// openIndex opens one index file through open, preallocated to
+// IndexMaxBytes. When the disk has no room for that and the index is for
+// existing data (logSize >= 0: a segment being reopened, recovered or
+// re-indexed), it is opened at the size indexing that data needs instead:
+// recovery must never need more free space than a little beyond what the
+// data it recovers already holds. The smaller index fills sooner, and a
+// full index rolls the segment; the roll preallocates the next segment in
+// full, and so fails while the disk is still full, as any write would.
+func (s *Segment) openIndex(path string, entrySize int, writable bool, logSize int64, open func(maxBytes int) error) error {
+	err := open(s.opts.IndexMaxBytes)
+	if err == nil || !writable || logSize < 0 || !errors.Is(err, vfs.ErrNoSpace) {
+		return err
+	}
+	return open(s.indexBytesFor(path, entrySize, logSize))
+}
+
+// indexBytesFor is the size of an index file (at path, entries of
+// entrySize bytes) that can index logSize bytes of log: the entries the
+// file already holds, which it keeps, plus one per IndexIntervalBytes of
+// log (track adds an entry only after more than IndexIntervalBytes, and
+// batches are at least a header long), plus the final entry Seal adds, plus
+// the two Fits keeps free. At most IndexMaxBytes.
+func (s *Segment) indexBytesFor(path string, entrySize int, logSize int64) int {
+	have := int64(0)
+	if st, err := s.opts.FS.Stat(path); err == nil {
+		have = (st.Size() + int64(entrySize) - 1) / int64(entrySize)
+	}
+	gap := int64(max(s.opts.IndexIntervalBytes+1, record.HeaderSize))
+	n := have + logSize/gap + 3
+	return int(min(n*int64(entrySize), int64(s.opts.IndexMaxBytes)))
+}
+
 // recreateIndexes replaces both index files with empty writable ones.
-func (s *Segment) recreateIndexes() (*indexes, error) {
+// logSize is as for openIndexes.
+func (s *Segment) recreateIndexes(logSize int64) (*indexes, error) {
 	for _, p := range []string{s.indexPath(), s.timeIndexPath()} {
 		if err := s.opts.FS.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
 	}
-	return s.openIndexes(true)
+	return s.openIndexes(true, logSize)
 }
 
 // Base is the segment's base offset.

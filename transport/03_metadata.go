@@ -11,6 +11,9 @@ import (
 // leader and only replica of every partition. Topic IDs (v10+) are spool's
 // TopicIDs: random, stable across restarts, new for a topic deleted and
 // created again. v13 only adds a top-level error code (KIP-1102), always 0.
+// A partition that could not be opened (spool.PartitionDescription.Offline)
+// has no leader: LEADER_NOT_AVAILABLE, this node in its offline replicas;
+// requests to it answer KAFKA_STORAGE_ERROR.
 func init() { register(kmsg.Metadata, 0, 13, metadata) }
 
 func metadata(c *conn, req *request, body *kmsg.MetadataRequest) (kmsg.Response, error) {
@@ -98,13 +101,19 @@ func (c *conn) topicMetadata(d spool.TopicDescription) kmsg.MetadataResponseTopi
 	for _, p := range d.Partitions {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition, mp.LeaderEpoch = p.Partition, p.LeaderEpoch
-		if !clustered {
-			mp.Leader, mp.Replicas, mp.ISR, mp.OfflineReplicas = node, []int32{node}, []int32{node}, []int32{}
-		} else {
+		switch {
+		case clustered:
 			mp.Leader, mp.Replicas, mp.ISR, mp.OfflineReplicas = p.Leader, p.Replicas, p.ISR, p.OfflineReplicas
 			if p.Leader < 0 {
 				mp.ErrorCode = errLeaderNotAvailable
 			}
+		case p.Offline != nil:
+			// The only replica is on a failed log: no leader, as Kafka
+			// reports a partition whose every replica is offline.
+			mp.ErrorCode, mp.Leader = errLeaderNotAvailable, -1
+			mp.Replicas, mp.ISR, mp.OfflineReplicas = []int32{node}, []int32{}, []int32{node}
+		default:
+			mp.Leader, mp.Replicas, mp.ISR, mp.OfflineReplicas = node, []int32{node}, []int32{node}, []int32{}
 		}
 		t.Partitions = append(t.Partitions, mp)
 	}

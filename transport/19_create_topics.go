@@ -15,7 +15,10 @@ import (
 // topic settings of DescribeConfigs; an unknown one is INVALID_CONFIG. v1
 // adds ValidateOnly and error messages, v5 returns the topic's partitions,
 // replication factor and settings, v7 its ID. Creation is synchronous: the
-// timeout is not needed.
+// timeout is not needed. A creation the disk cannot take (a full one)
+// changes nothing and answers KAFKA_STORAGE_ERROR with the reason, as Kafka
+// answers for a failed log directory; so does auto-creation by Metadata
+// and Produce.
 func init() { register(kmsg.CreateTopics, 0, 7, createTopics) }
 
 func createTopics(c *conn, req *request, body *kmsg.CreateTopicsRequest) (kmsg.Response, error) {

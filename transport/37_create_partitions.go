@@ -6,7 +6,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// CreatePartitions v0-3 grows topics (never shrinks them: INVALID_PARTITIONS).
+// CreatePartitions v0-3 grows topics (never shrinks them: INVALID_PARTITIONS),
+// all or nothing: on a full disk the topic keeps its partitions and the
+// answer is KAFKA_STORAGE_ERROR.
 // A manual assignment may only name this node, one replica per new
 // partition. __consumer_offsets keeps its count: groups are placed by it.
 func init() { register(kmsg.CreatePartitions, 0, 3, createPartitions) }

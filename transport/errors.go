@@ -96,6 +96,12 @@ func errorCode(err error) int16 {
 	switch {
 	case err == nil:
 		return errNone
+	case errors.Is(err, spool.ErrStorage):
+		// A full disk, an I/O error, an offline partition: Kafka's
+		// answer for a failed log directory, retriable for clients.
+		// First, so that the reason it wraps (a corrupt log, say)
+		// does not decide the code.
+		return errKafkaStorageError
 	case errors.As(err, new(*controller.NotControllerError)):
 		return errNotController
 	case errors.Is(err, replica.ErrNotLeader), errors.Is(err, replica.ErrClosed):

@@ -107,7 +107,7 @@ func runTopicsDescribe(_ context.Context, args []string, stdout, stderr io.Write
 		"Describes a topic, or every topic: its ID, partition count and effective settings, then a\n"+
 			"table of its partitions: start offset (the first readable), end offset (the next to be\n"+
 			"written), high watermark (consumers read below it), leader epoch, bytes on disk and\n"+
-			"segment count.", stderr)
+			"segment count. A partition that could not be opened is OFFLINE, with the reason.", stderr)
 	name := fs.String("topic", "", "the topic to describe (default: every topic)")
 	if code, ok := parseArgs(fs, args); !ok {
 		return code
@@ -137,15 +137,25 @@ func runTopicsDescribe(_ context.Context, args []string, stdout, stderr io.Write
 }
 
 // printTopic prints a topic's description: a line of the topic, as
-// kafka-topics --describe has it, then a table of its partitions.
+// kafka-topics --describe has it, then a table of its partitions, then why
+// each offline partition (all dashes in the table) could not be opened.
 func printTopic(w io.Writer, d spool.TopicDescription) {
 	fmt.Fprintf(w, "Topic: %s\tTopicId: %s\tPartitionCount: %d\tConfigs: %s\n", d.Name, d.ID, len(d.Partitions), topicConfigs(d.Config))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "PARTITION\tSTART\tEND\tHIGH-WATERMARK\tLEADER-EPOCH\tSIZE\tSEGMENTS\t\n")
 	for _, p := range d.Partitions {
+		if p.Offline != nil {
+			fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\t-\t\n", p.Partition)
+			continue
+		}
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", p.Partition, p.StartOffset, p.EndOffset, p.HighWatermark, p.LeaderEpoch, p.Size, p.Segments)
 	}
 	tw.Flush()
+	for _, p := range d.Partitions {
+		if p.Offline != nil {
+			fmt.Fprintf(w, "Partition %d is OFFLINE: %v\n", p.Partition, p.Offline)
+		}
+	}
 }
 
 // topicConfigs spells a topic's settings with Kafka's names.

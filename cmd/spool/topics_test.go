@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -108,4 +109,22 @@ func TestTopicsErrors(t *testing.T) {
 	require.Equal(t, exitProblem, code)
 	require.Contains(t, stderr, "spool topics list: data directory "+data+" is in use by another process")
 	require.NoError(t, b.Close())
+}
+
+// A partition that could not be opened is described as OFFLINE, with the
+// reason, while the topic's other partitions are described as usual.
+func TestTopicsDescribeOfflinePartition(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	code, _, stderr := runTool(t, "topics", "create", "--data", data, "--topic", "events", "--partitions", "2")
+	require.Equal(t, exitOK, code, stderr)
+	require.NoError(t, os.WriteFile(filepath.Join(data, "events-1", "partition.metadata"),
+		[]byte("version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAQ\n"), 0o644))
+
+	code, stdout, stderr := runTool(t, "topics", "describe", "--data", data, "--topic", "events")
+	require.Equal(t, exitOK, code, stderr)
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	require.Len(t, lines, 5, stdout) // the topic, the header, 2 partitions, the reason
+	require.Equal(t, []string{"0", "0", "0", "0", "0"}, strings.Fields(lines[2])[:5])
+	require.Equal(t, []string{"1", "-", "-", "-", "-", "-", "-"}, strings.Fields(lines[3]))
+	require.Regexp(t, `^Partition 1 is OFFLINE: .*events-1 belongs to topic id AAAAAAAAAAAAAAAAAAAAAQ`, lines[4])
 }

@@ -37,8 +37,10 @@ var (
 
 // Injector decides, before each operation, whether it fails. For OpWrite, n
 // is the number of bytes asked for and the Injector may return a smaller
-// count with an error: that prefix is written first (a torn write). For other
-// operations n is 0 and only the error matters.
+// count with an error: that prefix is written first (a torn write). For
+// OpAllocate, n is the end of the range asked for (off+len), so that an
+// Injector can model a disk with so many bytes free. For other operations n
+// is 0. Only for OpWrite does the returned count matter.
 type Injector func(op Op, path string, n int) (int, error)
 
 // FaultFS is an FS that asks an Injector before each operation and fails it
@@ -153,8 +155,8 @@ func (f *faultFile) Truncate(size int64) error {
 }
 
 func (f *faultFile) Allocate(off, n int64) error {
-	if err := f.fs.check(OpAllocate, f.Name()); err != nil {
-		return err
+	if _, err := f.fs.Inject(OpAllocate, f.Name(), int(off+n)); err != nil {
+		return &os.PathError{Op: OpAllocate.String(), Path: f.Name(), Err: err}
 	}
 	return f.File.Allocate(off, n)
 }
