@@ -49,6 +49,28 @@ var producerIDFiles sync.Map // absolute path -> *producerIDs
 
 var errBadProducerIDs = errors.New("transport: producer id file is damaged")
 
+// ReadProducerIDs reads the ProducerIDsFile of the data directory dir, as
+// NewServer does, without writing anything (tools use it), and returns the
+// next block's start: every producer id below it may have been handed out.
+// A missing file is reported with os.ErrNotExist (NewServer starts from
+// 0); a damaged one is an error NewServer refuses to start with.
+func ReadProducerIDs(dir string) (int64, error) {
+	return readProducerIDs(filepath.Join(dir, ProducerIDsFile))
+}
+
+func readProducerIDs(path string) (int64, error) {
+	data, err := vfs.ReadFile(vfs.Default, path)
+	if err != nil {
+		return 0, err
+	}
+	next, err := parseProducerIDs(data)
+	if err != nil {
+		// Never guess: a wrong guess reuses ids.
+		return 0, fmt.Errorf("%w: %s: %v (restore it, or replace it with a next-block above every producer id handed out)", errBadProducerIDs, path, err)
+	}
+	return next, nil
+}
+
 // openProducerIDs reads (or starts) the allocator of the data directory
 // dir.
 func openProducerIDs(dir string) (*producerIDs, error) {
@@ -59,15 +81,11 @@ func openProducerIDs(dir string) (*producerIDs, error) {
 	if v, ok := producerIDFiles.Load(path); ok {
 		return v.(*producerIDs), nil
 	}
-	next := int64(0)
-	data, err := vfs.ReadFile(vfs.Default, path)
-	switch {
-	case err == nil:
-		if next, err = parseProducerIDs(data); err != nil {
-			// Never guess: a wrong guess reuses ids.
-			return nil, fmt.Errorf("%w: %s: %v (restore it, or replace it with a next-block above every producer id handed out)", errBadProducerIDs, path, err)
-		}
-	case !errors.Is(err, os.ErrNotExist):
+	next, err := readProducerIDs(path)
+	if errors.Is(err, os.ErrNotExist) {
+		next, err = 0, nil
+	}
+	if err != nil {
 		return nil, err
 	}
 	p := &producerIDs{path: path, next: next, limit: next}

@@ -247,26 +247,41 @@ func (s *Server) advertised() (string, int32) {
 	return host, port
 }
 
+// MetaPropertiesFile is the file in a broker's data directory that records
+// the cluster id and node id, in Kafka's meta.properties format.
+const MetaPropertiesFile = "meta.properties"
+
+// ReadClusterID reads the cluster id from MetaPropertiesFile in the data
+// directory dir, as NewServer does, without writing anything (tools use
+// it). A missing file is reported with os.ErrNotExist (NewServer then
+// writes one); a file without a cluster.id is an error NewServer refuses
+// to start with.
+func ReadClusterID(dir string) (string, error) {
+	path := filepath.Join(dir, MetaPropertiesFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster.id="); ok && v != "" {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("transport: %s has no cluster.id", path)
+}
+
 // loadClusterID reads the cluster id from meta.properties in the data
 // directory, writing a new one (and the node id) the first time, as Kafka's
 // storage format does.
 func loadClusterID(dir string, nodeID int32) (string, error) {
-	path := filepath.Join(dir, "meta.properties")
-	data, err := os.ReadFile(path)
-	if err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster.id="); ok && v != "" {
-				return v, nil
-			}
-		}
-		return "", fmt.Errorf("transport: %s has no cluster.id", path)
-	}
+	path := filepath.Join(dir, MetaPropertiesFile)
+	cid, err := ReadClusterID(dir)
 	if !errors.Is(err, os.ErrNotExist) {
-		return "", err
+		return cid, err
 	}
 	var id [16]byte
 	_, _ = rand.Read(id[:])
-	cid := base64.RawURLEncoding.EncodeToString(id[:])
+	cid = base64.RawURLEncoding.EncodeToString(id[:])
 	content := fmt.Sprintf("# written by spool\nversion=1\ncluster.id=%s\nnode.id=%d\n", cid, nodeID)
 	if err := vfs.WriteFileAtomic(vfs.Default, path, []byte(content)); err != nil {
 		return "", err
