@@ -116,9 +116,12 @@ func (b *Broker) load() error {
 	reg, err := readRegistry(b.dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		if dirs := b.partitionDirs(); len(dirs) > 0 {
-			// Never guess which directories are data: refuse.
-			return fmt.Errorf("%w: %s has partition directories (%s, ...) but no %s", errBadRegistry, b.dir, dirs[0], registryFile)
+		dirs, err := partitionDirNames(b.dir)
+		if err != nil {
+			return fmt.Errorf("spool: %w", err)
+		}
+		if len(dirs) > 0 {
+			return errNoRegistry(b.dir, dirs)
 		}
 		if err := writeRegistry(b.dir, registry{}); err != nil {
 			return err
@@ -146,18 +149,6 @@ func (b *Broker) load() error {
 	return b.removeLeftovers(topics)
 }
 
-// partitionDirs lists the data dir's entries that look like partitions.
-func (b *Broker) partitionDirs() []string {
-	entries, _ := os.ReadDir(b.dir)
-	var out []string
-	for _, e := range entries {
-		if _, _, ok := parsePartitionDir(e.Name()); ok && e.IsDir() {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
-
 // removeLeftovers deletes partition directories of deleted topics: those
 // renamed for deletion, and those whose partition.metadata names a topic ID
 // the registry no longer has (a crash between the registry update and the
@@ -167,28 +158,31 @@ func (b *Broker) removeLeftovers(topics map[string]*topic) error {
 	if err != nil {
 		return err
 	}
+	owned := func(tn string, n int32, id TopicID) bool {
+		t := topics[tn]
+		return t != nil && t.id == id && n < int32(len(t.partitions()))
+	}
 	for _, e := range entries {
 		name := e.Name()
 		p := filepath.Join(b.dir, name)
 		if !e.IsDir() {
 			continue
 		}
-		if len(name) > len(deleteSuffix) && name[len(name)-len(deleteSuffix):] == deleteSuffix {
+		if isDeletedDir(name) {
 			if err := os.RemoveAll(p); err != nil {
 				return err
 			}
 			continue
 		}
-		tn, n, ok := parsePartitionDir(name)
-		if !ok {
+		if _, _, ok := parsePartitionDir(name); !ok {
 			continue
 		}
-		id, err := readPartitionMeta(p)
+		remove, id, err := leftover(p, name, owned)
 		if err != nil {
 			b.logger.Warn("partition directory without readable metadata; leaving it", "dir", p, "err", err)
 			continue
 		}
-		if t := topics[tn]; t != nil && t.id == id && n < int32(len(t.partitions())) {
+		if !remove {
 			continue
 		}
 		b.logger.Info("removing the partition of a deleted topic", "dir", p, "topic_id", id)
@@ -208,14 +202,12 @@ func (b *Broker) openPartitions(t *topic, n int32) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("spool: %w", err)
 		}
-		if id, err := readPartitionMeta(dir); errors.Is(err, os.ErrNotExist) {
+		if missing, err := checkPartitionMeta(dir, t.name, t.id); err != nil {
+			return err
+		} else if missing {
 			if err := writePartitionMeta(dir, t.id); err != nil {
 				return err
 			}
-		} else if err != nil {
-			return err
-		} else if id != t.id {
-			return fmt.Errorf("spool: %s belongs to topic id %s, not %s's %s", dir, id, t.name, t.id)
 		}
 		lo := b.logOptions(cfg)
 		if t.internal {

@@ -207,18 +207,24 @@ func (b *Broker) PrepareGroups(ctx context.Context) error {
 	return err
 }
 
+// offsetsTopicConfig is the offsets topic's own settings: compacted, kept
+// forever, so that every group's latest commit stays.
+func offsetsTopicConfig(partitions int32) TopicConfig {
+	return TopicConfig{
+		Partitions:      partitions,
+		CleanupPolicy:   CleanupCompact,
+		SegmentBytes:    offsetsTopicSegmentBytes,
+		RetentionTime:   -1,
+		MaxMessageBytes: log.DefaultMaxMessageBytes,
+	}
+}
+
 // offsetsTopic returns the offsets topic, creating it on first use.
 func (b *Broker) offsetsTopic(ctx context.Context) (*topic, error) {
 	if t := b.snapshot()[OffsetsTopic]; t != nil {
 		return t, nil
 	}
-	err := b.createTopic(ctx, OffsetsTopic, TopicConfig{
-		Partitions:      b.opts.OffsetsTopicPartitions,
-		CleanupPolicy:   CleanupCompact,
-		SegmentBytes:    offsetsTopicSegmentBytes,
-		RetentionTime:   -1,
-		MaxMessageBytes: log.DefaultMaxMessageBytes,
-	}, true)
+	err := b.createTopic(ctx, OffsetsTopic, offsetsTopicConfig(b.opts.OffsetsTopicPartitions), true)
 	if err != nil && !errors.Is(err, ErrTopicExists) {
 		return nil, err
 	}
