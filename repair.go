@@ -47,7 +47,9 @@ var ErrRepairRefused = errors.New("spool: the topic registry cannot be rebuilt w
 
 // RepairOptions configure RebuildRegistry.
 type RepairOptions struct {
-	// DryRun decides and reports without writing anything.
+	// DryRun decides and reports without writing the registry or its
+	// damaged copy. (The lock is still taken, which creates the data
+	// directory's .lock file if it has none.)
 	DryRun bool
 	// Now stamps the rebuilt topics' creation time and the name of the
 	// damaged registry's copy. Default time.Now.

@@ -341,6 +341,27 @@ func TestCheckAgreesWithServe(t *testing.T) {
 			write(t, p, "0\n1\nreplicated 7 12\n")
 			return p
 		}, "warning", "high watermark checkpoint is damaged", false},
+		{"committed offsets damaged", func(t *testing.T, data string) string {
+			// The broker reads the whole offsets topic when it opens.
+			b, err := spool.Open(data, spool.Options{})
+			require.NoError(t, err)
+			for g := range 10 {
+				_, err = b.Groups().CommitOffsets(group.CommitRequest{Group: fmt.Sprintf("g%d", g), Generation: -1,
+					Offsets: map[group.TopicPartition]group.OffsetAndMetadata{{Topic: topic, Partition: 0}: {Offset: 5, LeaderEpoch: -1}}})
+				require.NoError(t, err)
+			}
+			require.NoError(t, b.Close())
+			var logs []string
+			for n := range 2 {
+				dir := filepath.Join(data, fmt.Sprintf("%s-%d", spool.OffsetsTopic, n))
+				if st, err := os.Stat(filepath.Join(dir, segment.FileName(0, segment.LogSuffix))); err == nil && st.Size() > 0 {
+					logs = append(logs, filepath.Join(dir, segment.FileName(0, segment.LogSuffix)))
+				}
+			}
+			require.NotEmpty(t, logs)
+			modify(t, logs[0], func(b []byte) []byte { b[80] ^= 1; return b })
+			return logs[0]
+		}, "error", "crc32c", true},
 		{"a segment damaged inside", func(t *testing.T, data string) string {
 			logs := segmentLogs(t, part(data, 1))
 			positions, _ := batchPositions(t, logs[0])

@@ -20,7 +20,7 @@ import (
 func runRepair(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dryRun := fs.Bool("dry-run", false, "print what would be done and write nothing")
+	dryRun := fs.Bool("dry-run", false, "print what would be done and write no registry")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spool repair [--dry-run] DIR\n\n")
 		fmt.Fprintf(fs.Output(), "Rebuilds the topic registry (DIR/topics.json) of a data directory when it is missing or\n")
