@@ -219,6 +219,19 @@ func (c *checker) checkPartition(dir string) (s logSummary, ok bool) {
 		if _, found := slices.BinarySearch(bases, base); ok && suffix != segment.LogSuffix && !found {
 			c.report(info, filepath.Join(dir, e.Name()), -1, "index without a %s file; the next open removes it", segment.LogSuffix)
 		}
+		// A compaction a crash interrupted after its swap file was
+		// complete: the next open puts the swap in place of the segments
+		// it covers, after walking its batch headers (segment.ScanEnd),
+		// and refuses to open when that walk fails.
+		if _, suffix, ok := segment.ParseFileName(e.Name()); ok && suffix == segment.LogSuffix+".swap" && !e.IsDir() {
+			path := filepath.Join(dir, e.Name())
+			if _, err := segment.ScanEnd(nil, path); err != nil {
+				c.report(corrupt, path, -1, "an interrupted compaction's result, which the next open puts in place: %v: the log refuses to open; "+
+					"delete the .swap files of this segment to keep the segments it would replace", err)
+			} else {
+				c.report(info, path, -1, "an interrupted compaction's result: the next open puts it in place of the segments it covers")
+			}
+		}
 	}
 
 	// Segments from recoverFrom on are the ones the next open checks

@@ -341,6 +341,15 @@ func TestCheckAgreesWithServe(t *testing.T) {
 			write(t, p, "0\n1\nreplicated 7 12\n")
 			return p
 		}, "warning", "high watermark checkpoint is damaged", false},
+		{"interrupted compaction's swap file damaged", func(t *testing.T, data string) string {
+			logs := segmentLogs(t, part(data, 1))
+			p := logs[1] + ".swap"
+			raw, err := os.ReadFile(logs[1])
+			require.NoError(t, err)
+			positions, _ := batchPositions(t, logs[1])
+			write(t, p, string(raw[:positions[1]])+"\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01garbage")
+			return p
+		}, "error", "the log refuses to open", true},
 		{"committed offsets damaged", func(t *testing.T, data string) string {
 			// The broker reads the whole offsets topic when it opens.
 			b, err := spool.Open(data, spool.Options{})
