@@ -184,9 +184,12 @@ func (b *Broker) load() error {
 	reg, err := readRegistry(b.dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		if dirs := b.partitionDirs(); len(dirs) > 0 {
-			// Never guess which directories are data: refuse.
-			return fmt.Errorf("%w: %s has partition directories (%s, ...) but no %s", errBadRegistry, b.dir, dirs[0], registryFile)
+		dirs, err := partitionDirNames(b.dir)
+		if err != nil {
+			return fmt.Errorf("spool: %w", err)
+		}
+		if len(dirs) > 0 {
+			return errNoRegistry(b.dir, dirs)
 		}
 		if err := writeRegistryFS(b.fs, b.dir, registry{}); err != nil {
 			return err
@@ -227,18 +230,6 @@ func (b *Broker) load() error {
 	return b.removeLeftovers(topics)
 }
 
-// partitionDirs lists the data dir's entries that look like partitions.
-func (b *Broker) partitionDirs() []string {
-	entries, _ := os.ReadDir(b.dir)
-	var out []string
-	for _, e := range entries {
-		if _, _, ok := parsePartitionDir(e.Name()); ok && e.IsDir() {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
-
 // removeLeftovers deletes partition directories of deleted topics and of
 // creations that did not finish: those renamed for deletion, those being
 // created (named for creation), and those whose partition.metadata names a
@@ -246,11 +237,16 @@ func (b *Broker) partitionDirs() []string {
 // registry update and the rename of a deletion, or between the creation of
 // partitions and the registry update). A registered partition's directory
 // is never removed, even if it could not be opened. Directories without
-// metadata are left alone, with a warning.
+// metadata are left alone, with a warning. spool check (CheckDataDir)
+// reports the same decisions (leftover).
 func (b *Broker) removeLeftovers(topics map[string]*topic) error {
 	entries, err := os.ReadDir(b.dir)
 	if err != nil {
 		return err
+	}
+	owned := func(tn string, n int32, id TopicID) bool {
+		t := topics[tn]
+		return t != nil && t.id == id && n < int32(len(t.partitions()))
 	}
 	for _, e := range entries {
 		name := e.Name()
@@ -258,7 +254,7 @@ func (b *Broker) removeLeftovers(topics map[string]*topic) error {
 		if !e.IsDir() {
 			continue
 		}
-		if len(name) > len(deleteSuffix) && name[len(name)-len(deleteSuffix):] == deleteSuffix || isCreatingDir(name) {
+		if isDeletedDir(name) || isCreatingDir(name) {
 			if err := os.RemoveAll(p); err != nil {
 				return err
 			}
@@ -271,9 +267,12 @@ func (b *Broker) removeLeftovers(topics map[string]*topic) error {
 		if t := topics[tn]; t != nil && n < int32(len(t.partitions())) {
 			continue // registered; if it did not open, it is offline
 		}
-		id, err := readPartitionMeta(p)
+		remove, id, err := leftover(p, name, owned)
 		if err != nil {
 			b.logger.Warn("partition directory without readable metadata; leaving it", "dir", p, "err", err)
+			continue
+		}
+		if !remove {
 			continue
 		}
 		b.logger.Info("removing the partition directory of a deleted topic or an unfinished creation", "dir", p, "topic_id", id)

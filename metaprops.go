@@ -58,6 +58,15 @@ func readMetaProperties(dir string) (metaProperties, error) {
 	return mp, nil
 }
 
+// ReadClusterID reads the cluster id from a data directory's
+// MetaPropertiesFile without writing anything (tools use it). A missing
+// file is os.ErrNotExist; one without a cluster.id is an error on which
+// the server refuses to start.
+func ReadClusterID(dir string) (string, error) {
+	mp, err := readMetaProperties(dir)
+	return mp.clusterID, err
+}
+
 func writeMetaProperties(dir string, mp metaProperties) error {
 	content := fmt.Sprintf("# written by spool\nversion=1\ncluster.id=%s\nnode.id=%d\n", mp.clusterID, mp.nodeID)
 	return vfs.WriteFileAtomic(vfs.Default, filepath.Join(dir, MetaPropertiesFile), []byte(content))

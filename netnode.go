@@ -335,7 +335,8 @@ func (nc *netCluster) remove(tp TopicPartition) {
 // image is at least as new as any deletion before it.
 func (nc *netCluster) removeStrays(im *controller.Image) {
 	b := nc.b
-	for _, name := range b.partitionDirs() {
+	names, _ := partitionDirNames(b.dir)
+	for _, name := range names {
 		tn, n, _ := parsePartitionDir(name)
 		dir := filepath.Join(b.dir, name)
 		if tn == controller.MetadataTopic {

@@ -231,7 +231,9 @@ func (b *Broker) PrepareGroups(ctx context.Context) error {
 	return err
 }
 
-// offsetsTopicConfig is the offsets topic's settings.
+// offsetsTopicConfig is the offsets topic's own settings: compacted, kept
+// forever, so that every group's latest commit stays; in a cluster rf
+// replicas, two of them in sync for a commit.
 func offsetsTopicConfig(partitions int32, rf int) TopicConfig {
 	return TopicConfig{
 		Partitions:        partitions,

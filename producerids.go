@@ -52,19 +52,30 @@ type producerIDs struct {
 
 var errBadProducerIDs = errors.New("spool: producer id file is damaged")
 
+// ReadProducerIDs reads the start of the next block of producer ids from
+// a standalone data directory's ProducerIDsFile, as Open does, writing
+// nothing (tools use it). A missing file is os.ErrNotExist; a damaged one
+// an error Open refuses to start with.
+func ReadProducerIDs(dir string) (int64, error) {
+	path := filepath.Join(dir, ProducerIDsFile)
+	data, err := vfs.ReadFile(vfs.Default, path)
+	if err != nil {
+		return 0, err
+	}
+	next, err := parseProducerIDs(data)
+	if err != nil {
+		// Never guess: a wrong guess reuses ids.
+		return 0, fmt.Errorf("%w: %s: %v (restore it, or replace it with a next-block above every producer id handed out)", errBadProducerIDs, path, err)
+	}
+	return next, nil
+}
+
 // openProducerIDs reads (or starts) the allocator of a standalone data
 // directory.
 func openProducerIDs(dir string) (*producerIDs, error) {
 	path := filepath.Join(dir, ProducerIDsFile)
-	next := int64(0)
-	data, err := vfs.ReadFile(vfs.Default, path)
-	switch {
-	case err == nil:
-		if next, err = parseProducerIDs(data); err != nil {
-			// Never guess: a wrong guess reuses ids.
-			return nil, fmt.Errorf("%w: %s: %v (restore it, or replace it with a next-block above every producer id handed out)", errBadProducerIDs, path, err)
-		}
-	case !errors.Is(err, os.ErrNotExist):
+	next, err := ReadProducerIDs(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	p := &producerIDs{next: next, limit: next}

@@ -158,9 +158,46 @@ func readRegistry(dir string) (registry, error) {
 		return r, fmt.Errorf("%w: %v", errBadRegistry, err)
 	}
 	if r.Version != 1 {
-		return r, fmt.Errorf("%w: version %d", errBadRegistry, r.Version)
+		return r, fmt.Errorf("%w: %s: version %d, want 1", errBadRegistry, filepath.Join(dir, registryFile), r.Version)
+	}
+	if err := r.validate(); err != nil {
+		return r, fmt.Errorf("%w: %s: %w", errBadRegistry, filepath.Join(dir, registryFile), err)
 	}
 	return r, nil
+}
+
+// validate checks what the CRC cannot: that the registry describes topics
+// Open can open side by side - valid, distinct names (a name becomes a
+// directory name), distinct non-zero IDs, no negative partition count. Open
+// never writes anything else, so anything else is damage or a hand edit. It
+// returns every problem, joined.
+func (r registry) validate() error {
+	var errs []error
+	names := map[string]bool{}
+	ids := map[TopicID]string{}
+	for i, rt := range r.Topics {
+		if err := ValidTopicName(rt.Name); err != nil {
+			errs = append(errs, fmt.Errorf("topic %d: %w", i, err))
+		} else if names[rt.Name] {
+			errs = append(errs, fmt.Errorf("topic %d: %q is listed twice", i, rt.Name))
+		}
+		names[rt.Name] = true
+		id, err := ParseTopicID(rt.ID)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("topic %q: %w", rt.Name, err))
+		case id == TopicID{}:
+			errs = append(errs, fmt.Errorf("topic %q: the zero topic id", rt.Name))
+		case ids[id] != "":
+			errs = append(errs, fmt.Errorf("topic %q: id %s is also %q's", rt.Name, id, ids[id]))
+		default:
+			ids[id] = rt.Name
+		}
+		if rt.Partitions < 0 {
+			errs = append(errs, fmt.Errorf("topic %q: %d partitions", rt.Name, rt.Partitions))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -236,6 +273,68 @@ func writePartitionMetaFS(fsys vfs.FS, dir string, id TopicID) error {
 	return vfs.WriteFileAtomic(fsys, filepath.Join(dir, partitionMetaFile), data)
 }
 
+// partitionDirNames lists the entries of the data directory dir that Open
+// takes for partition directories: directories named <topic>-<n>.
+func partitionDirNames(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if _, _, ok := parsePartitionDir(e.Name()); ok && e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// errNoRegistry is Open's refusal of a data directory that has partition
+// directories but no registry: which of them are data, and of which topic
+// incarnation, only the registry says, and Open never guesses.
+func errNoRegistry(dir string, partitionDirs []string) error {
+	return fmt.Errorf("%w: %s has partition directories (%s, ...) but no %s", errBadRegistry, dir, partitionDirs[0], registryFile)
+}
+
+// checkPartitionMeta compares the topic ID a partition directory records
+// with its topic's, as Open does before it opens the partition: missing
+// reports that there is no partition.metadata (Open writes it from the
+// registry); an unreadable file or another topic's ID is an error, on
+// which Open refuses.
+func checkPartitionMeta(dir, topic string, want TopicID) (missing bool, err error) {
+	id, err := readPartitionMeta(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, err
+	case id != want:
+		return false, fmt.Errorf("spool: %s belongs to topic id %s, not %s's %s", dir, id, topic, want)
+	}
+	return false, nil
+}
+
+// isDeletedDir reports whether name is a deleted topic's partition
+// directory, renamed aside to be removed (<topic>-<n>.<id>-delete).
+func isDeletedDir(name string) bool {
+	return len(name) > len(deleteSuffix) && strings.HasSuffix(name, deleteSuffix)
+}
+
+// leftover decides what Open does, once the registered topics are open,
+// with the partition directory dir (named name): remove it when its
+// partition.metadata names a topic ID that owned says is not a partition
+// of a registered topic at that number (a deleted topic's, left by a crash
+// between the registry update and the rename). An error means the metadata
+// cannot be read: Open leaves such a directory alone.
+func leftover(dir, name string, owned func(topic string, n int32, id TopicID) bool) (remove bool, id TopicID, err error) {
+	tn, n, _ := parsePartitionDir(name)
+	id, err = readPartitionMeta(dir)
+	if err != nil {
+		return false, id, err
+	}
+	return !owned(tn, n, id), id, nil
+}
+
 // readPartitionMeta returns the topic ID recorded in a partition directory.
 func readPartitionMeta(dir string) (TopicID, error) {
 	data, err := os.ReadFile(filepath.Join(dir, partitionMetaFile))
@@ -244,7 +343,11 @@ func readPartitionMeta(dir string) (TopicID, error) {
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		if v, ok := strings.CutPrefix(line, "topic_id: "); ok {
-			return ParseTopicID(strings.TrimSpace(v))
+			id, err := ParseTopicID(strings.TrimSpace(v))
+			if err != nil {
+				return id, fmt.Errorf("%s: %w", filepath.Join(dir, partitionMetaFile), err)
+			}
+			return id, nil
 		}
 	}
 	return TopicID{}, fmt.Errorf("spool: %s: no topic_id", filepath.Join(dir, partitionMetaFile))

@@ -21,6 +21,27 @@ const EpochFile = "leader-epoch-checkpoint"
 // entries are out of order.
 var ErrBadEpochFile = errors.New("partition: leader-epoch checkpoint is damaged")
 
+// ErrNewerLeaderEpoch means a partition's log holds a leader epoch newer
+// than the one it is opened to lead in: records a later leader wrote, which
+// this broker must not write under an older epoch.
+var ErrNewerLeaderEpoch = errors.New("partition: the log holds a newer leader epoch")
+
+// VerifyEpochs applies Open's rule for a partition that is not replicated
+// and leads at leaderEpoch (a standalone broker's 0): the entries that
+// start below the log end offset (the ones Open keeps) may not name a
+// newer epoch. The error wraps ErrNewerLeaderEpoch.
+func VerifyEpochs(entries []EpochEntry, logEnd int64, leaderEpoch int32) error {
+	for i := len(entries) - 1; i >= 0; i-- {
+		if e := entries[i]; e.StartOffset < logEnd {
+			if e.Epoch > leaderEpoch {
+				return fmt.Errorf("%w: epoch %d from offset %d, newer than this broker's %d", ErrNewerLeaderEpoch, e.Epoch, e.StartOffset, leaderEpoch)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
 // EpochEntry says that leader epoch Epoch began at offset StartOffset.
 type EpochEntry struct {
 	Epoch       int32

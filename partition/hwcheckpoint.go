@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,23 +48,41 @@ func (c *hwCheckpoint) encode(hw int64) []byte {
 // read returns the recorded high watermark; ok is false with no usable
 // file.
 func (c *hwCheckpoint) read() (int64, bool) {
-	data, err := os.ReadFile(c.path)
+	hw, err := readHighWatermark(c.path, c.topic, c.id)
+	return hw, err == nil
+}
+
+// ErrBadHighWatermarkFile means a HighWatermarkFile does not parse or is
+// another partition's. A replicated partition then ignores it and starts
+// from its log start offset.
+var ErrBadHighWatermarkFile = errors.New("partition: high watermark checkpoint is damaged")
+
+// ReadHighWatermark reads the HighWatermarkFile of the replicated
+// partition id of topic in dir, as Open does, without opening anything
+// (tools use it). A missing file is reported with os.ErrNotExist, a
+// damaged one with ErrBadHighWatermarkFile.
+func ReadHighWatermark(dir, topic string, id int32) (int64, error) {
+	return readHighWatermark(filepath.Join(dir, HighWatermarkFile), topic, id)
+}
+
+func readHighWatermark(path, topic string, id int32) (int64, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
 	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
 	if len(lines) != 3 || lines[0] != "0" || lines[1] != "1" {
-		return 0, false
+		return 0, fmt.Errorf("%w: %s: want version 0 and one entry", ErrBadHighWatermarkFile, path)
 	}
 	f := strings.Fields(lines[2])
-	if len(f) != 3 || f[0] != c.topic || f[1] != strconv.Itoa(int(c.id)) {
-		return 0, false
+	if len(f) != 3 || f[0] != topic || f[1] != strconv.Itoa(int(id)) {
+		return 0, fmt.Errorf("%w: %s: entry %q is not partition %d of topic %q", ErrBadHighWatermarkFile, path, lines[2], id, topic)
 	}
 	hw, err := strconv.ParseInt(f[2], 10, 64)
 	if err != nil || hw < 0 {
-		return 0, false
+		return 0, fmt.Errorf("%w: %s: offset %q", ErrBadHighWatermarkFile, path, f[2])
 	}
-	return hw, true
+	return hw, nil
 }
 
 // maybeWrite arranges for the high watermark (read by get when the write

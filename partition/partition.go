@@ -118,11 +118,11 @@ func (p *Partition) loadEpochs(opts Options) error {
 		return err
 	}
 	if !opts.Replicated {
+		if err := VerifyEpochs(c.Entries(), p.log.EndOffset(), opts.LeaderEpoch); err != nil {
+			return fmt.Errorf("partition %s-%d: %w", p.topic, p.id, err)
+		}
 		if err := c.Assign(opts.LeaderEpoch, p.log.EndOffset()); err != nil {
 			return err
-		}
-		if latest := c.Latest(); latest > opts.LeaderEpoch {
-			return fmt.Errorf("partition %s-%d: the log holds leader epoch %d, newer than this broker's %d", p.topic, p.id, latest, opts.LeaderEpoch)
 		}
 	}
 	p.epochs = c

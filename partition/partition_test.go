@@ -118,7 +118,31 @@ func TestPartitionEpochsSurviveAndRebuild(t *testing.T) {
 	// A broker may not lead in an epoch older than the log's.
 	o.LeaderEpoch = 1
 	_, err = Open(dir, "t", 0, o)
-	require.Error(t, err)
+	require.ErrorIs(t, err, ErrNewerLeaderEpoch)
+	require.ErrorIs(t, VerifyEpochs([]EpochEntry{{0, 0}, {3, 20}}, 25, 1), ErrNewerLeaderEpoch, "what tools check, without opening")
+}
+
+func TestVerifyEpochs(t *testing.T) {
+	for _, tc := range []struct {
+		entries []EpochEntry
+		end     int64
+		leader  int32
+		ok      bool
+	}{
+		{nil, 0, 0, true},
+		{[]EpochEntry{{0, 0}}, 10, 0, true},
+		{[]EpochEntry{{0, 0}, {2, 5}}, 10, 2, true},
+		{[]EpochEntry{{0, 0}, {2, 5}}, 10, 1, false},
+		{[]EpochEntry{{0, 0}, {2, 5}}, 5, 1, true}, // epoch 2 starts at the end: Open drops it
+		{[]EpochEntry{{3, 0}}, 1, 0, false},
+	} {
+		err := VerifyEpochs(tc.entries, tc.end, tc.leader)
+		if tc.ok {
+			require.NoError(t, err, "%+v", tc)
+		} else {
+			require.ErrorIs(t, err, ErrNewerLeaderEpoch, "%+v", tc)
+		}
+	}
 }
 
 func TestFetchLongPoll(t *testing.T) {

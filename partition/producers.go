@@ -555,6 +555,15 @@ func encodeProducerSnapshot(producers map[int64]*producerEntry) []byte {
 	return out
 }
 
+// VerifyProducerSnapshot checks the contents of a producer snapshot file
+// (<offset>.snapshot) as loading it does, without loading it (tools use
+// it): any deviation from the layout is ErrBadProducerSnapshot. A damaged
+// snapshot is never an error for the partition: it is deleted, and the
+// state is rebuilt from an older one and the log.
+func VerifyProducerSnapshot(data []byte) error {
+	return decodeProducerSnapshot(data, map[int64]*producerEntry{})
+}
+
 // decodeProducerSnapshot reads a snapshot into producers. Any deviation
 // from the layout is ErrBadProducerSnapshot.
 func decodeProducerSnapshot(data []byte, producers map[int64]*producerEntry) error {

@@ -441,8 +441,10 @@ func TestProducerSnapshotLayout(t *testing.T) {
 	require.Equal(t, state[7].batches, got[7].batches)
 	require.Equal(t, int16(3), got[7].epoch)
 
+	require.NoError(t, VerifyProducerSnapshot(data))
 	for _, bad := range [][]byte{nil, data[:9], data[:len(data)-1], append([]byte{0, 2}, data[2:]...)} {
 		require.ErrorIs(t, decodeProducerSnapshot(bad, map[int64]*producerEntry{}), ErrBadProducerSnapshot)
+		require.ErrorIs(t, VerifyProducerSnapshot(bad), ErrBadProducerSnapshot)
 	}
 }
 

@@ -178,6 +178,19 @@ func TestHighWatermarkCheckpoint(t *testing.T) {
 	c := newHWCheckpoint(dir, "t", 0, 0)
 	_, ok := c.read()
 	require.False(t, ok)
+	_, err = ReadHighWatermark(dir, "t", 0)
+	require.ErrorIs(t, err, ErrBadHighWatermarkFile)
+	for _, bad := range []string{"", "1\n1\nt 0 7\n", "0\n1\nt 1 7\n", "0\n1\nt 0 -7\n", "0\n2\nt 0 7\nt 0 8\n"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, HighWatermarkFile), []byte(bad), 0o644))
+		_, err = ReadHighWatermark(dir, "t", 0)
+		require.ErrorIs(t, err, ErrBadHighWatermarkFile, "%q", bad)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, HighWatermarkFile), []byte("0\n1\nt 0 7\n"), 0o644))
+	hw, err := ReadHighWatermark(dir, "t", 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), hw)
+	_, err = ReadHighWatermark(t.TempDir(), "t", 0)
+	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
 // A replicated partition's retention never deletes past its high

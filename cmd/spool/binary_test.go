@@ -65,9 +65,9 @@ func spoolBinary(t *testing.T) string {
 func TestBinary(t *testing.T) {
 	bin := spoolBinary(t)
 
-	data := t.TempDir()
-	logs := makeLog(t, filepath.Join(data, "events-0"), 40)
-	makeLog(t, filepath.Join(data, "events-1"), 20)
+	data := filepath.Join(t.TempDir(), "data")
+	makeDataDir(t, data, "events", 2, 40)
+	logs := segmentLogs(t, filepath.Join(data, "events-0"))
 
 	exitCode := func(args ...string) (int, string, string) {
 		cmd := exec.Command(bin, args...)
@@ -106,6 +106,51 @@ func TestBinary(t *testing.T) {
 	code, _, stderr = exitCode()
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "Usage:")
+}
+
+// TestBinaryCheckRepair runs issue 17's reproduction with the real binary:
+// a topics.json cut in half fails check (exit 1) and serve, repair (exit
+// 0) rebuilds it, and then check passes and every record is consumed.
+func TestBinaryCheckRepair(t *testing.T) {
+	bin := spoolBinary(t)
+	data := filepath.Join(t.TempDir(), "data")
+	makeDataDir(t, data, "events", 2, 20)
+	reg := filepath.Join(data, "topics.json")
+	st, err := os.Stat(reg)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(reg, st.Size()/2))
+
+	exitCode := func(args ...string) (int, string, string) {
+		cmd := exec.Command(bin, args...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode(), stdout.String(), stderr.String()
+		}
+		require.NoError(t, err)
+		return 0, stdout.String(), stderr.String()
+	}
+	code, stdout, _ := exitCode("check", "--quiet", data)
+	require.Equal(t, 1, code, stdout)
+	require.True(t, strings.HasPrefix(stdout, "error: "+reg+": "), stdout)
+	code, _, stderr := exitCode("serve", "--data", data, "--listen", "127.0.0.1:0")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "topic registry is damaged")
+
+	code, stdout, stderr = exitCode("repair", data)
+	require.Equal(t, 0, code, "%s%s", stdout, stderr)
+	require.Contains(t, stdout, "wrote "+reg+" with 2 topics")
+	code, stdout, _ = exitCode("check", "--quiet", data)
+	require.Equal(t, 0, code, stdout)
+	require.Empty(t, stdout)
+	code, stdout, stderr = exitCode("consume", "--data", data, "--topic", "events", "--from", "earliest", "--count", "120")
+	require.Equal(t, 0, code, stderr)
+	require.Len(t, strings.Split(strings.TrimSuffix(stdout, "\n"), "\n"), 2*20*recordsPerBatch)
+	for k := range 20 * recordsPerBatch {
+		require.Equal(t, 2, strings.Count(stdout, fmt.Sprintf("value-%d-", k)), "record %d of each partition", k)
+	}
 }
 
 // FuzzLogFile feeds arbitrary bytes to dump and check as a segment's .log

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spoolmq/spool/index"
 	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/segment"
 )
@@ -47,32 +48,45 @@ func (s severity) String() string {
 // checker verifies partition directories and reports what it finds. It
 // opens files read-only and never takes the log's lock.
 type checker struct {
-	out      io.Writer
-	quiet    bool
-	errors   int
-	warnings int
-	it       record.Iterator
+	out        io.Writer
+	quiet      bool
+	errors     int
+	warnings   int
+	it         record.Iterator
+	epochs     []partition.EpochEntry // of the partition being checked, from its batch headers
+	epochsFrom int64                  // the offset from which they are collected: the log start offset
+	maxPID     int64                  // the highest producer id in any batch checked, -1 for none
 
 	partitions, segments, batches, records int64
 }
 
-// runCheck implements "spool check": it verifies the partition directory,
-// or the data directory of partition directories, at args' PATH. It
-// returns 1 if any corruption was found, 0 if none (warnings alone do not
-// count), 2 on usage errors or when PATH cannot be read.
+// runCheck implements "spool check": it verifies the data directory, or
+// the single partition directory, at args' PATH: everything spool serve
+// reads when it opens the directory, and every batch and index entry. It
+// returns 1 if it found something serve would refuse to open, or corrupt
+// data, 0 if not (warnings alone do not count), 2 on usage errors or when
+// PATH cannot be read.
 func runCheck(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quiet := fs.Bool("quiet", false, "print only errors and warnings, no progress, info or summary")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spool check [--quiet] PATH\n\n")
-		fmt.Fprintf(fs.Output(), "Verifies a partition directory (one holding .log segment files) or a data directory\n")
-		fmt.Fprintf(fs.Output(), "whose subdirectories are partition directories, without modifying anything: every\n")
-		fmt.Fprintf(fs.Output(), "batch frames and has a valid CRC-32C, records decode, offsets increase within and\n")
-		fmt.Fprintf(fs.Output(), "across segments, and the indexes agree with the logs. Problems are printed as\n")
-		fmt.Fprintf(fs.Output(), "\"error|warning|info: FILE: position N: ...\".\n\n")
-		fmt.Fprintf(fs.Output(), "Exit status: 1 if corruption was found, 0 if not (warnings, such as the torn tail\n")
-		fmt.Fprintf(fs.Output(), "a crash leaves, do not count), 2 on usage errors.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Verifies a broker's data directory, or one partition directory (one holding .log\n")
+		fmt.Fprintf(fs.Output(), "segment files), without modifying anything or taking its lock. In a data directory it\n")
+		fmt.Fprintf(fs.Output(), "checks what spool serve checks when it opens it: the topic registry (topics.json: its\n")
+		fmt.Fprintf(fs.Output(), "CRC, version, topic names, ids and settings), that partition directories have a\n")
+		fmt.Fprintf(fs.Output(), "registry at all, each partition's partition.metadata against it, meta.properties and\n")
+		fmt.Fprintf(fs.Output(), "producer-ids; in every partition (and a clustered broker's replicas/) the log's\n")
+		fmt.Fprintf(fs.Output(), "checkpoint, the leader-epoch-checkpoint, the replication-offset-checkpoint, the\n")
+		fmt.Fprintf(fs.Output(), "producer snapshots and an interrupted compaction's .swap files; and that every batch\n")
+		fmt.Fprintf(fs.Output(), "frames and has a valid CRC-32C, records decode, offsets increase within and across\n")
+		fmt.Fprintf(fs.Output(), "segments, and the indexes agree with the logs. Findings are printed as\n")
+		fmt.Fprintf(fs.Output(), "\"error|warning|info: FILE: [position N: ]...\", each saying what the broker does\n")
+		fmt.Fprintf(fs.Output(), "about it and, where something needs doing, what.\n\n")
+		fmt.Fprintf(fs.Output(), "Exit status: 1 where spool serve would refuse to open the directory or data is corrupt\n")
+		fmt.Fprintf(fs.Output(), "(a damaged topics.json: see spool repair), 0 if not (warnings, such as the torn tail\n")
+		fmt.Fprintf(fs.Output(), "a crash leaves, which the next open cuts, do not count), 2 on usage errors.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -97,13 +111,17 @@ func runCheck(_ context.Context, args []string, _ io.Reader, stdout, stderr io.W
 		return exitUsage
 	}
 
-	c := &checker{out: stdout, quiet: *quiet}
-	dirs := c.partitionDirs(root)
-	if len(dirs) == 0 {
-		c.report(warning, root, -1, "no partition directories (directories holding %s segment files) found", segment.LogSuffix)
+	c := &checker{out: stdout, quiet: *quiet, maxPID: -1}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		fmt.Fprintf(stderr, "spool check: %v\n", err)
+		return exitUsage
 	}
-	for _, dir := range dirs {
-		c.checkPartition(dir)
+	if hasLogFile(entries) {
+		c.checkPartitionDir(partitionRole{dir: root})
+	} else if !c.checkDataDir(root) {
+		fmt.Fprintf(stderr, "spool check: cannot read %s\n", root)
+		return exitUsage
 	}
 	if !c.quiet {
 		verdict := "clean"
@@ -147,35 +165,6 @@ func (c *checker) progress(format string, args ...any) {
 	}
 }
 
-// partitionDirs returns the partition directories at root: root itself if
-// it holds segment files, otherwise its subdirectories that do, looking
-// two levels down (data/topic-0, or data/group/topic-0).
-func (c *checker) partitionDirs(root string) []string {
-	var dirs []string
-	var walk func(dir string, depth int)
-	walk = func(dir string, depth int) {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			c.report(corrupt, dir, -1, "cannot read directory: %v", err)
-			return
-		}
-		if hasLogFile(entries) {
-			dirs = append(dirs, dir)
-			return
-		}
-		if depth == 2 {
-			return
-		}
-		for _, e := range entries {
-			if e.IsDir() {
-				walk(filepath.Join(dir, e.Name()), depth+1)
-			}
-		}
-	}
-	walk(root, 0)
-	return dirs
-}
-
 // hasLogFile reports whether a directory listing holds a segment .log.
 func hasLogFile(entries []os.DirEntry) bool {
 	for _, e := range entries {
@@ -186,14 +175,25 @@ func hasLogFile(entries []os.DirEntry) bool {
 	return false
 }
 
-// checkPartition verifies one partition directory: its checkpoint, then
-// each segment in offset order.
-func (c *checker) checkPartition(dir string) {
+// logSummary is what checking a partition's log learnt that its other
+// files are checked against.
+type logSummary struct {
+	start, end int64 // the log start offset the next open settles on, and the next offset
+	// epochs are the leader-epoch entries the batch headers make: what
+	// the next open rebuilds a damaged leader-epoch-checkpoint from.
+	epochs []partition.EpochEntry
+}
+
+// checkPartition verifies one partition directory's log: its checkpoint,
+// then each segment in offset order. ok is false when the directory
+// cannot be read.
+func (c *checker) checkPartition(dir string) (s logSummary, ok bool) {
 	c.partitions++
+	c.epochs = nil
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		c.report(corrupt, dir, -1, "cannot read directory: %v", err)
-		return
+		return s, false
 	}
 	var bases []int64 // of the .log files
 	var leftovers []string
@@ -220,6 +220,19 @@ func (c *checker) checkPartition(dir string) {
 		if _, found := slices.BinarySearch(bases, base); ok && suffix != segment.LogSuffix && !found {
 			c.report(info, filepath.Join(dir, e.Name()), -1, "index without a %s file; the next open removes it", segment.LogSuffix)
 		}
+		// A compaction a crash interrupted after its swap file was
+		// complete: the next open puts the swap in place of the segments
+		// it covers, after walking its batch headers (segment.ScanEnd),
+		// and refuses to open when that walk fails.
+		if _, suffix, ok := segment.ParseFileName(e.Name()); ok && suffix == segment.LogSuffix+".swap" && !e.IsDir() {
+			path := filepath.Join(dir, e.Name())
+			if _, err := segment.ScanEnd(nil, path); err != nil {
+				c.report(corrupt, path, -1, "an interrupted compaction's result, which the next open puts in place: %v: the log refuses to open (the broker keeps the partition OFFLINE); "+
+					"delete the .swap files of this segment to keep the segments it would replace", err)
+			} else {
+				c.report(info, path, -1, "an interrupted compaction's result: the next open puts it in place of the segments it covers")
+			}
+		}
 	}
 
 	// Segments from recoverFrom on are the ones the next open checks
@@ -227,6 +240,7 @@ func (c *checker) checkPartition(dir string) {
 	// them when the log was not closed cleanly and the checkpoint says
 	// nothing more precise.
 	cp, cpOK := c.readCheckpoint(dir)
+	c.epochsFrom = cp.StartOffset // 0 without a checkpoint
 	recoverFrom := int64(math.MaxInt64)
 	if !cpOK || !cp.CleanShutdown {
 		if len(bases) > 0 {
@@ -240,7 +254,11 @@ func (c *checker) checkPartition(dir string) {
 	}
 
 	if len(bases) == 0 {
-		return
+		if cpOK {
+			s.start = max(cp.StartOffset, cp.RecoveryPoint.Offset)
+			s.end = s.start
+		}
+		return s, true
 	}
 	var next int64 // the offset after the previous segment
 	for i, base := range bases {
@@ -252,15 +270,25 @@ func (c *checker) checkPartition(dir string) {
 		next = c.checkSegment(dir, base, i == len(bases)-1, base >= recoverFrom)
 	}
 	c.progress("  offsets %d..%d (next offset %d)", bases[0], next-1, next)
+	s.start, s.end = bases[0], next
 	if cpOK {
 		cpPath := filepath.Join(dir, log.CheckpointFile)
 		if cp.RecoveryPoint.Offset > next {
-			c.report(warning, cpPath, -1, "recovery point %d is past the end of the log (next offset %d): data the log had made durable is gone", cp.RecoveryPoint.Offset, next)
+			// log.Open refuses this under the Sync flush policy, the
+			// default of spool serve and of the library.
+			c.report(corrupt, cpPath, -1, "recovery point %d is past the end of the log (next offset %d): records the log had made durable are gone, "+
+				"and the broker keeps the partition OFFLINE under --flush sync (the default) rather than reuse their offsets; "+
+				"restore the partition from a backup or a replica, or open it once with --flush none to continue from what is left",
+				cp.RecoveryPoint.Offset, next)
 		}
 		if cp.StartOffset > next {
 			c.report(warning, cpPath, -1, "log start offset %d is past the end of the log (next offset %d)", cp.StartOffset, next)
 		}
+		s.start = max(s.start, cp.StartOffset)
 	}
+	s.start = min(s.start, s.end)
+	s.epochs = c.epochs
+	return s, true
 }
 
 // readCheckpoint reads and reports a partition's checkpoint file. Neither
@@ -274,7 +302,7 @@ func (c *checker) readCheckpoint(dir string) (log.Checkpoint, bool) {
 		c.report(info, path, -1, "no checkpoint: the next open checks every segment")
 		return log.Checkpoint{}, false
 	case err != nil:
-		c.report(warning, path, -1, "cannot read: %v", err)
+		c.report(corrupt, path, -1, "cannot read: %v: the log refuses to open (the broker keeps the partition OFFLINE)", err)
 		return log.Checkpoint{}, false
 	}
 	cp, err := log.ParseCheckpoint(data)
@@ -326,6 +354,11 @@ func (c *checker) checkSegment(dir string, base int64, last, recovering bool) in
 		complete = true
 		c.batches++
 		h := headerOf(b, pos)
+		// As the next open rebuilds a damaged leader-epoch cache: from
+		// the batches from the log start offset on.
+		if e := h.LeaderEpoch; e >= 0 && h.NextOffset() > c.epochsFrom && (len(c.epochs) == 0 || e > c.epochs[len(c.epochs)-1].Epoch) {
+			c.epochs = append(c.epochs, partition.EpochEntry{Epoch: e, StartOffset: h.BaseOffset})
+		}
 		if verr := b.Verify(); verr != nil {
 			// A write torn by a crash can leave a whole-length batch
 			// with the wrong bytes: the next open truncates it only if
@@ -339,6 +372,7 @@ func (c *checker) checkSegment(dir string, base int64, last, recovering bool) in
 				c.report(corrupt, path, pos, "batch at offset %d: %v", h.BaseOffset, verr)
 			}
 		} else {
+			c.maxPID = max(c.maxPID, b.ProducerID())
 			n := 0
 			for c.it.Reset(b); c.it.Next(); {
 				n++

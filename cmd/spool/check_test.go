@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/spoolmq/spool"
 	spoollog "github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/segment"
 )
@@ -46,17 +47,53 @@ func TestCheckCleanPartition(t *testing.T) {
 }
 
 func TestCheckDataDirOfPartitions(t *testing.T) {
-	data := t.TempDir()
-	makeLog(t, filepath.Join(data, "orders-0"), 30)
-	makeLog(t, filepath.Join(data, "orders-1"), 25)
+	data := filepath.Join(t.TempDir(), "data")
+	makeDataDir(t, data, "orders", 2, 30)
 	require.NoError(t, os.WriteFile(filepath.Join(data, "meta.json"), []byte("{}"), 0o644))
 
 	code, out, _ := runTool(t, "check", data)
 	require.Equal(t, exitOK, code, out)
-	require.Contains(t, out, "checked 2 partitions")
-	require.Contains(t, out, "55 batches")
+	require.Empty(t, problemLines(out, "warning"), out)
+	require.Contains(t, out, "checked 4 partitions") // and the offsets topic's 2
+	require.Contains(t, out, "60 batches")
 	require.Contains(t, out, "partition "+filepath.Join(data, "orders-0"))
 	require.Contains(t, out, "partition "+filepath.Join(data, "orders-1"))
+}
+
+func TestCheckPartitionDirsWithoutRegistry(t *testing.T) {
+	// Partition directories without a topics.json: the broker refuses to
+	// guess which are data, so check fails too, and still checks them.
+	data := t.TempDir()
+	makeLog(t, filepath.Join(data, "orders-0"), 30)
+	makeLog(t, filepath.Join(data, "orders-1"), 25)
+
+	code, out, _ := runTool(t, "check", data)
+	require.Equal(t, exitProblem, code, out)
+	errs := problemLines(out, "error")
+	require.Len(t, errs, 1, out)
+	require.Contains(t, errs[0], "error: "+filepath.Join(data, "topics.json")+": missing, but "+data+" has partition directories (orders-0, ...)")
+	require.Contains(t, errs[0], `run "spool repair `+data+`"`)
+	require.Contains(t, out, "checked 2 partitions")
+	require.Contains(t, out, "55 batches")
+	_, err := spool.Open(data, spool.Options{})
+	require.ErrorContains(t, err, "no topics.json")
+
+	code, out, _ = runTool(t, "repair", data)
+	require.Equal(t, exitOK, code, out)
+	// The logs were made without the broker: no partition.metadata, so
+	// the topic gets a new id, and each partition joins it.
+	require.Contains(t, out, "topic orders: id ")
+	require.Contains(t, out, "(a new id), 2 partitions")
+	require.Contains(t, out, "info: "+filepath.Join(data, "orders-1")+": no partition.metadata: taken as partition 1 of topic \"orders\"")
+	code, out, _ = runTool(t, "check", data)
+	require.Equal(t, exitOK, code, out)
+	b, err := spool.Open(data, spool.Options{})
+	require.NoError(t, err)
+	d, err := b.DescribeTopic("orders")
+	require.NoError(t, err)
+	require.Equal(t, int64(30*recordsPerBatch), d.Partitions[0].EndOffset)
+	require.Equal(t, int64(25*recordsPerBatch), d.Partitions[1].EndOffset)
+	require.NoError(t, b.Close())
 }
 
 func TestCheckBitFlipInSealedSegment(t *testing.T) {
@@ -117,17 +154,32 @@ var tears = []struct {
 }
 
 func TestCheckTornTailOfLastSegment(t *testing.T) {
+	// After a clean close, a tear past the end the log recorded is cut by
+	// the next open; one that cuts into what the log had made durable is
+	// lost data, which the log refuses to open over (under Sync), and so
+	// does check.
 	for _, tc := range tears {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			logs := makeLog(t, dir, 40)
 			last := logs[len(logs)-1]
+			st, err := os.Stat(last)
+			require.NoError(t, err)
 			pos := tc.tear(t, last)
 
 			code, out, _ := runTool(t, "check", dir)
+			require.Contains(t, out, fmt.Sprintf("warning: %s: position %d: torn tail", last, pos))
+			l, err := spoollog.Open(dir, spoollog.Options{SegmentBytes: testSegmentSize, IndexIntervalBytes: 128})
+			if pos < st.Size() {
+				require.Equal(t, exitProblem, code, out)
+				require.Contains(t, out, fmt.Sprintf("error: %s: recovery point", filepath.Join(dir, spoollog.CheckpointFile)))
+				require.ErrorIs(t, err, spoollog.ErrCorrupt)
+				return
+			}
 			require.Equal(t, exitOK, code, out)
 			require.Empty(t, problemLines(out, "error"), out)
-			require.Contains(t, out, fmt.Sprintf("warning: %s: position %d: torn tail", last, pos))
+			require.NoError(t, err)
+			require.NoError(t, l.Close())
 		})
 	}
 }

@@ -54,12 +54,25 @@
 //	    a log's checkpoint file.
 //
 //	spool check [--quiet] PATH
-//	    Verify a partition directory, or a data directory of partition
-//	    directories, without modifying anything: every batch frames, has
-//	    magic 2 and a valid CRC-32C, its records decode, offsets increase
-//	    within and across segments, and the indexes agree with the logs.
-//	    Exit status 1 when corruption is found, 0 when clean (warnings,
+//	    Verify a data directory, or one partition directory, without
+//	    modifying anything: what spool serve verifies when it opens it
+//	    (the topic registry, each partition's partition.metadata, the
+//	    logs' checkpoints, leader-epoch and replication-offset
+//	    checkpoints, producer snapshots, meta.properties, producer-ids),
+//	    and that every batch frames, has magic 2 and a valid CRC-32C, its
+//	    records decode, offsets increase within and across segments, and
+//	    the indexes agree with the logs. Exit status 1 where serve would
+//	    refuse the directory or data is corrupt, 0 when clean (warnings,
 //	    such as a torn tail a crash left, do not count), 2 on usage errors.
+//
+//	spool repair [--dry-run] DIR
+//	    Rebuild a data directory's missing or damaged topic registry
+//	    (topics.json) from its partition directories and their
+//	    partition.metadata, printing every decision; refuse, writing
+//	    nothing, where that would mean guessing (partitions disagreeing on
+//	    a topic id, a gap in partition numbers). Topics' own settings are
+//	    lost: the rebuilt topics keep every record. It takes the data
+//	    directory's lock and never writes in a partition directory.
 //
 // The broker commands (topics, groups, produce, consume, perf, serve) open
 // the data directory named by --data (default ./spool-data) with
@@ -72,7 +85,8 @@
 //
 // dump and check read files with plain read-only opens and never take the
 // lock, so they can inspect the directory of a running broker (seeing
-// whatever it has written so far) or the remains of a crashed one.
+// whatever it has written so far) or the remains of a crashed one. repair
+// takes the lock: it fails, exit 1, while a broker has the directory open.
 //
 // On SIGINT or SIGTERM the broker commands stop cleanly: produce flushes
 // what it has read, consume and perf print what they have, serve lets the
@@ -109,7 +123,8 @@ var commands = []command{
 	{"consume", "--topic T [flags]", "print a topic's records", runConsume},
 	{"perf", "produce|consume --topic T [flags]", "measure producer or consumer throughput and latency", runPerf},
 	{"dump", "[--records] [--verify-index] FILE...", "print the batches, records and index entries of segment files", runDump},
-	{"check", "[--quiet] PATH", "verify a data directory or partition directory; exit 1 on corruption", runCheck},
+	{"check", "[--quiet] PATH", "verify a data directory or partition directory; exit 1 where spool serve would refuse it", runCheck},
+	{"repair", "[--dry-run] DIR", "rebuild a data directory's damaged or missing topic registry from its partitions", runRepair},
 	{"serve", "[--listen HOST:PORT] [flags]", "serve the broker to Kafka clients over the Kafka protocol", runServe},
 }
 
