@@ -547,6 +547,12 @@ func (c *netController) AlterPartition(ctx context.Context, req replica.AlterPar
 		st, err = nc.opts.Remote.AlterPartition(ctx, addr, req)
 		return err
 	})
+	if err == nil && len(st.Replicas) == 0 {
+		// AlterPartition's response names no replicas; an ISR change
+		// keeps them.
+		cur, _ := nc.q.Image().Partition(req.Topic, req.Partition)
+		st.Replicas = cur.Replicas
+	}
 	return st, err
 }
 

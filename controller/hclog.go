@@ -10,9 +10,10 @@ import (
 )
 
 // newHCLogger adapts slog for hashicorp/raft, which logs through hclog.
-// Raft's info messages (elections, heartbeats failing while a peer is
-// down) are frequent and expected, so they become debug; its warnings and
-// errors keep their level.
+// Raft is loud about what a quorum goes through all the time (elections,
+// a peer down, a peer shutting down), and the quorum logs what an operator
+// needs itself (the active controller, fencing), so Raft's messages come
+// one level down: info becomes debug, warnings info, errors warnings.
 func newHCLogger(lg *slog.Logger) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:        "raft",
@@ -28,10 +29,12 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	line := string(bytes.TrimSpace(p))
 	level := slog.LevelDebug
 	switch {
+	case strings.Contains(line, "transport shutdown"), strings.Contains(line, "stopping replication"):
+		// What Raft says while this node or a peer shuts down.
 	case strings.HasPrefix(line, "[ERROR]"):
-		level = slog.LevelError
-	case strings.HasPrefix(line, "[WARN]"):
 		level = slog.LevelWarn
+	case strings.HasPrefix(line, "[WARN]"):
+		level = slog.LevelInfo
 	}
 	if w.lg.Enabled(context.Background(), level) {
 		if i := strings.IndexByte(line, ']'); i >= 0 {

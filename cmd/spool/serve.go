@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/controller"
 	"github.com/spoolmq/spool/transport"
 )
 
@@ -42,6 +43,12 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.Func("sasl-plain", "require SASL and accept these `user:pass,...` with the PLAIN mechanism", usersFlag(&sasl.Plain))
 	fs.Func("sasl-scram-sha-256", "require SASL and accept these `user:pass,...` with SCRAM-SHA-256", usersFlag(&sasl.SCRAMSHA256))
 	fs.Func("sasl-scram-sha-512", "require SASL and accept these `user:pass,...` with SCRAM-SHA-512", usersFlag(&sasl.SCRAMSHA512))
+	ctrlListen := fs.String("controller-listen", "", "the `host:port` of this node's controller listener (Raft and the controller's requests); a voter's defaults to its entry in --controller-quorum-voters")
+	voters := fs.String("controller-quorum-voters", "", "makes this a cluster node: the controller quorum as `id@host:port,...` (controller.quorum.voters), the same on every node; a node listed is controller and broker, any other a broker only")
+	clusterID := fs.String("cluster-id", "", "the `id` of the cluster this node must belong to (default: adopt the cluster's, or name a new one)")
+	rf := fs.Int("default-replication-factor", 0, "the replication `factor` of topics created without one (default.replication.factor) (default 1; in a cluster of 3 or more, 3 is usual)")
+	minISR := fs.Int("min-insync-replicas", 0, "the in-sync replicas an acks=all produce needs (min.insync.replicas) (default 1)")
+	sessionTimeout := fs.Duration("session-timeout", 0, "a cluster node silent this long is fenced and its partitions get new leaders (broker.session.timeout.ms) (default 2s)")
 	var level slog.Level
 	fs.Func("log-level", "the least `level` logged: debug, info, warn or error (default info)", func(s string) error {
 		return level.UnmarshalText([]byte(s))
@@ -77,9 +84,29 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		opts.SASL = &sasl
 	}
 
+	if *rf < 0 || *minISR < 0 || *sessionTimeout < 0 {
+		return usageError(fs, "--default-replication-factor, --min-insync-replicas and --session-timeout must not be negative")
+	}
+	bopts := spool.Options{Flush: bf.flush}
+	bopts.Topic.ReplicationFactor, bopts.Topic.MinInSyncReplicas = *rf, *minISR
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opts.Logger = logger
-	b, err := spool.Open(bf.data, spool.Options{Flush: bf.flush, Logger: logger})
+	if *voters != "" {
+		if _, err := controller.ParseVoters(*voters); err != nil {
+			return usageError(fs, "--controller-quorum-voters %q: %v", *voters, err)
+		}
+		bopts.Logger = logger
+		return serveNode(ctx, transport.NodeConfig{
+			Dir: bf.data, NodeID: opts.NodeID, Listen: *listen, AdvertisedAddr: *advertised,
+			ControllerListen: *ctrlListen, QuorumVoters: *voters, ClusterID: *clusterID,
+			Broker: bopts, Cluster: spool.NodeOptions{SessionTimeout: *sessionTimeout}, Server: opts, Logger: logger,
+		}, logger, stderr)
+	}
+	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 {
+		return usageError(fs, "--controller-listen, --cluster-id and --session-timeout need --controller-quorum-voters")
+	}
+	bopts.Logger = logger
+	b, err := spool.Open(bf.data, bopts)
 	if errors.Is(err, spool.ErrLocked) {
 		fmt.Fprintf(stderr, "spool serve: data directory %s is in use by another process (%v)\n", bf.data, err)
 		return exitProblem
@@ -170,4 +197,41 @@ func splitHostPort(s string) (string, int32, error) {
 		return "", 0, fmt.Errorf("port %q is not a number from 0 to 65535", p)
 	}
 	return host, int32(port), nil
+}
+
+// serveNode runs a cluster node until ctx ends (SIGINT, SIGTERM), then
+// shuts it down in a controlled way: its partitions' leadership moves to
+// other brokers and the controller's to another voter before it exits. It
+// prints "spool: serving on HOST:PORT" (the Kafka listener) and
+// "spool: controller on HOST:PORT" once listening.
+func serveNode(ctx context.Context, cfg transport.NodeConfig, logger *slog.Logger, stderr io.Writer) int {
+	n, err := transport.StartNode(cfg)
+	if errors.Is(err, spool.ErrLocked) {
+		fmt.Fprintf(stderr, "spool serve: data directory %s is in use by another process (%v)\n", cfg.Dir, err)
+		return exitProblem
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		return exitProblem
+	}
+	logger.Info("listening", "addr", n.Addr().String(), "controller", n.ControllerAddr().String(), "data", cfg.Dir,
+		"node_id", cfg.NodeID, "voters", cfg.QuorumVoters)
+	fmt.Fprintf(stderr, "spool: serving on %s\n", n.Addr())
+	fmt.Fprintf(stderr, "spool: controller on %s\n", n.ControllerAddr())
+	code := exitOK
+	select {
+	case err := <-n.Done():
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		code = exitProblem
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down: moving leadership away", "timeout", shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := n.Close(sctx); err != nil {
+		logger.Warn("shutdown", "err", err)
+		code = exitProblem
+	}
+	logger.Info("stopped")
+	return code
 }
