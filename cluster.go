@@ -438,12 +438,8 @@ func (b *Broker) describeReplicated(name string) (TopicDescription, error) {
 // leaderPartition is the current leader's replica of a replicated
 // partition, for reading: in one process, a consumer reads the leader's
 // partition directly, as it would fetch from the leader over the network.
-func (b *Broker) leaderPartition(ctx context.Context, tp TopicPartition) (*partition.Partition, error) {
-	rs, err := b.cl.leader(ctx, tp.Topic, tp.Partition)
-	if err != nil {
-		return nil, err
-	}
-	return rs.Partition(), nil
+func (b *Broker) leaderPartition(ctx context.Context, tp TopicPartition) (readable, error) {
+	return b.readerFor(ctx, tp)
 }
 
 // wrapTopicErr maps the controller's topic errors to the broker's.

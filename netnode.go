@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolmq/spool/controller"
 	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/replica"
 )
 
@@ -43,6 +44,14 @@ type Remote interface {
 	DeleteTopic(ctx context.Context, addr string, name string) error
 	CreatePartitions(ctx context.Context, addr string, name string, total int32) error
 	AlterTopicConfig(ctx context.Context, addr string, name string, cfg TopicConfig) error
+	// Produce writes a batch at broker's leader replica of a partition and
+	// waits as opts.Acks says (Kafka's Produce); it returns the base
+	// offset.
+	Produce(ctx context.Context, broker int32, topic string, partition int32, b record.Batch, opts ProduceOptions) (int64, error)
+	// Fetch reads committed batches from offset at broker's leader replica
+	// (Kafka's Fetch as a consumer); offset -1 reads nothing and only
+	// reports the partition's high watermark and log start offset.
+	Fetch(ctx context.Context, broker int32, topic string, partition int32, offset int64, maxBytes int) (RemoteFetch, error)
 }
 
 // NodeOptions make a Broker a node of a cluster of processes (Options.Node).

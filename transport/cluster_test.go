@@ -226,3 +226,161 @@ func TestClusterOverTheWire(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// createTopic creates a topic through any node, over the Kafka protocol,
+// and waits until every partition has a leader and a full ISR.
+func (c *testCluster) createTopic(ctx context.Context, cl *kgo.Client, name string, partitions int32, rf int16, configs map[string]string) {
+	c.t.Helper()
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, rf
+	for k, v := range configs {
+		rt.Configs = append(rt.Configs, kmsg.CreateTopicsRequestTopicConfig{Name: k, Value: ptr(v)})
+	}
+	ct.Topics = append(ct.Topics, rt)
+	cresp, err := ct.RequestWith(ctx, cl)
+	require.NoError(c.t, err)
+	require.Zero(c.t, cresp.Topics[0].ErrorCode, "%v", cresp.Topics[0].ErrorMessage)
+	require.Eventually(c.t, func() bool {
+		md := c.metadata(ctx, cl, name)
+		if len(md.Partitions) != int(partitions) {
+			return false
+		}
+		for _, p := range md.Partitions {
+			if p.Leader < 0 || len(p.ISR) != int(rf) {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "topic %s ready", name)
+}
+
+func (c *testCluster) metadata(ctx context.Context, cl *kgo.Client, name string) kmsg.MetadataResponseTopic {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = &name
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	require.NoError(c.t, err)
+	return resp.Topics[0]
+}
+
+// TestClusterInProcessClientsReachRemoteLeaders: a node's own Producer and
+// Consumer (the Go API) reach partitions whose leaders run in other
+// processes, over the Kafka protocol.
+func TestClusterInProcessClientsReachRemoteLeaders(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	c.createTopic(ctx, cl, "t", 3, 2, nil)
+
+	b := c.running()[1].Broker()
+	leaders := map[int32]bool{}
+	for _, p := range c.metadata(ctx, cl, "t").Partitions {
+		leaders[p.Leader] = true
+	}
+	require.Greater(t, len(leaders), 1, "partitions led by more than one node")
+
+	p, err := b.NewProducer(spool.ProducerConfig{})
+	require.NoError(t, err)
+	const n = 60
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		p.Produce(ctx, spool.Record{Topic: "t", Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)},
+			func(md spool.RecordMetadata, err error) {
+				defer wg.Done()
+				if err != nil {
+					errs <- err
+				}
+			})
+	}
+	require.NoError(t, p.Flush(ctx))
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, p.Close())
+	md, err := b.Produce(ctx, spool.Record{Topic: "t", Value: []byte("sync")})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, md.Offset, int64(0))
+
+	cons, err := c.running()[2].Broker().NewConsumer(spool.ConsumerConfig{AutoOffsetReset: spool.ResetEarliest})
+	require.NoError(t, err)
+	defer cons.Close()
+	require.NoError(t, cons.Assign("t"))
+	seen := map[string]bool{}
+	for len(seen) < n+1 {
+		recs, err := cons.Poll(ctx)
+		require.NoError(t, err)
+		for _, r := range recs {
+			require.False(t, seen[string(r.Value)], "duplicate %s", r.Value)
+			seen[string(r.Value)] = true
+		}
+	}
+}
+
+// TestClusterISRChangesThroughARemoteController: the ISR of a partition
+// whose leader is not the active controller shrinks when a follower stops
+// and grows back when it returns - the leader's AlterPartition goes over
+// the wire - and stays whole (a leader that lost track of its replicas
+// would refuse their fetches and drop them again).
+func TestClusterISRChangesThroughARemoteController(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	c.createTopic(ctx, cl, "t", 3, 3, nil)
+
+	ctrl := c.running()[1].Broker().Quorum()
+	active, _ := ctrl.Leader()
+	var part kmsg.MetadataResponseTopicPartition
+	for _, p := range c.metadata(ctx, cl, "t").Partitions {
+		if p.Leader != active {
+			part = p
+		}
+	}
+	require.NotEqual(t, active, part.Leader)
+	var follower int32
+	for _, r := range part.Replicas {
+		if r != part.Leader && r != active {
+			follower = r
+		}
+	}
+	require.NotZero(t, follower, "active %d, partition %+v", active, part)
+
+	c.stop(follower)
+	require.Eventually(t, func() bool {
+		for _, p := range c.metadata(ctx, cl, "t").Partitions {
+			if p.Partition == part.Partition {
+				return len(p.ISR) == 2
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "follower %d leaves the ISR", follower)
+	c.start(follower)
+	full := func() bool {
+		for _, p := range c.metadata(ctx, cl, "t").Partitions {
+			if p.Partition == part.Partition {
+				return len(p.ISR) == 3
+			}
+		}
+		return false
+	}
+	require.Eventually(t, full, 30*time.Second, 50*time.Millisecond, "follower %d rejoins the ISR", follower)
+	// Longer than ReplicaLagTime (2s here): still whole.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		require.True(t, full(), "the ISR stays whole")
+		time.Sleep(100 * time.Millisecond)
+	}
+}
