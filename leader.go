@@ -115,7 +115,9 @@ func (r *remoteLeader) Append(ctx context.Context, b record.Batch, opts replica.
 
 // Commit implements leaderHandle: a remote write was acknowledged as
 // asked when WriteBatches returned.
-func (r *remoteLeader) Commit(replica.Pending) (bool, <-chan struct{}, error) { return true, closedChan, nil }
+func (r *remoteLeader) Commit(replica.Pending) (bool, <-chan struct{}, error) {
+	return true, closedChan, nil
+}
 
 func (r *remoteLeader) TimeoutError(after time.Duration) error {
 	return fmt.Errorf("%s-%d: %w after %v", r.topic, r.part, replica.ErrTimedOut, after)
