@@ -174,6 +174,7 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 		return 0, l.fail(err)
 	}
 	end := l.next.Load()
+	l.forgetDamageFrom(end)
 	l.truncs.Add(1)
 	l.committed.Store(min(l.committed.Load(), end))
 	l.syncMu.Lock()
@@ -282,6 +283,7 @@ func (l *Log) Reset(offset int64) error {
 	l.unsynced = nil
 	l.start.Store(offset)
 	l.next.Store(offset)
+	l.forgetDamageFrom(0)
 	l.truncs.Add(1)
 	l.committed.Store(offset)
 	l.syncMu.Lock()
