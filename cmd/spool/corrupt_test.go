@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/segment"
 )
 
@@ -104,4 +105,48 @@ func TestCorruptBatchIsNeverServed(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.Equal(t, 1, strings.Count(s.log(), "damaged batch"), "logged once, however often it is fetched")
+}
+
+// A clustered broker keeps its replicas under <data>/replicas/: check
+// verifies them too, and reports damage in a replica the way it does in a
+// standalone partition.
+func TestCheckFindsDamageInReplicas(t *testing.T) {
+	root := t.TempDir()
+	c := spool.NewLocalCluster(spool.ClusterOptions{SessionTimeout: 300 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond,
+		ReplicaLagTime: 200 * time.Millisecond, FetchMaxWait: 50 * time.Millisecond, FetchBackoff: 50 * time.Millisecond})
+	defer c.Close()
+	var brokers []*spool.Broker
+	for id := int32(1); id <= 2; id++ {
+		b, err := spool.Open(filepath.Join(root, fmt.Sprint("node-", id)), spool.Options{Cluster: c, NodeID: id})
+		require.NoError(t, err)
+		brokers = append(brokers, b)
+	}
+	ctx := t.Context()
+	require.NoError(t, brokers[0].CreateTopic(ctx, "t", spool.TopicConfig{Partitions: 1, ReplicationFactor: 2}))
+	for i := range 20 {
+		_, err := brokers[0].Produce(ctx, spool.Record{Topic: "t", Value: fmt.Appendf(nil, "value-%d", i)})
+		require.NoError(t, err)
+	}
+	// acks=all: both replicas hold every record once Produce returned.
+	for _, b := range brokers {
+		require.NoError(t, b.Close())
+	}
+
+	data := filepath.Join(root, "node-2")
+	dir := filepath.Join(data, spool.ReplicasDir, "t-0")
+	path := filepath.Join(dir, segment.FileName(0, segment.LogSuffix))
+	code, out, _ := runTool(t, "check", data)
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, "partition "+dir)
+
+	file, err := os.ReadFile(path)
+	require.NoError(t, err)
+	at := bytes.Index(file, []byte("value-7"))
+	require.Positive(t, at)
+	file[at] = 'w'
+	require.NoError(t, os.WriteFile(path, file, 0o644))
+	code, out, _ = runTool(t, "check", data)
+	require.Equal(t, exitProblem, code, out)
+	require.Contains(t, out, "error: "+path)
+	require.Contains(t, out, "crc32c")
 }
