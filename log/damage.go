@@ -42,11 +42,13 @@ type damageSet struct {
 type damageKey struct{ base, pos int64 }
 
 // noteDamage records the damaged batch at pos in s, which would begin at
-// offset, and logs it the first time.
-func (l *Log) noteDamage(s *segment.Segment, pos, offset int64, err error) {
+// offset, and logs it the first time. truncs is the log's truncation count
+// when the read began: if the log was truncated since, the read may have
+// seen bytes cut and rewritten under it, which is no evidence of damage.
+func (l *Log) noteDamage(s *segment.Segment, pos, offset int64, err error, truncs int64) {
 	k := damageKey{s.Base(), pos}
 	l.damage.mu.Lock()
-	if _, seen := l.damage.at[k]; seen {
+	if _, seen := l.damage.at[k]; seen || l.truncs.Load() != truncs {
 		l.damage.mu.Unlock()
 		return
 	}
@@ -83,11 +85,14 @@ func (l *Log) Damage() (offset int64, ok bool) {
 	return offset, ok
 }
 
-// forgetDamageFrom drops the damage records at or after offset: the log was
-// cut there, and what is written at those positions next is new.
-func (l *Log) forgetDamageFrom(offset int64) {
+// truncated counts a truncation (readers re-seek; a read that overlapped it
+// records no damage) and drops the damage records at or after offset: the
+// log was cut there, and what is written at those positions next is new.
+// Both under the damage lock, so that no read's record slips in between.
+func (l *Log) truncated(offset int64) {
 	l.damage.mu.Lock()
 	defer l.damage.mu.Unlock()
+	l.truncs.Add(1)
 	for k, off := range l.damage.at {
 		if off >= offset {
 			delete(l.damage.at, k)

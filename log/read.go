@@ -68,6 +68,7 @@ func (l *Log) read(dst []byte, offset int64, maxBytes int, limit int64, verify b
 // readSegments reads from the first segment of segs that has a batch at or
 // after offset below limit.
 func (l *Log) readSegments(dst []byte, segs []*segment.Segment, offset int64, maxBytes int, limit int64, verify bool) ([]byte, bool, error) {
+	truncs := l.truncs.Load() // a truncation during the read can tear what it reads
 	for _, s := range segs {
 		if s.Base() >= limit {
 			return dst, false, nil
@@ -88,7 +89,7 @@ func (l *Log) readSegments(dst []byte, segs []*segment.Segment, offset int64, ma
 			s.Release()
 			return dst, false, err
 		}
-		out, err = l.checkBatches(s, out, start, first, limit, verify)
+		out, err = l.checkBatches(s, out, start, first, limit, verify, truncs)
 		s.Release()
 		return out, false, err
 	}
@@ -99,7 +100,7 @@ func (l *Log) readSegments(dst []byte, segs []*segment.Segment, offset int64, ma
 // starting with the batch whose header is first, and drops those that end
 // at or past limit. A damaged batch is recorded and dropped with those
 // after it; it is an error only if it is the first.
-func (l *Log) checkBatches(s *segment.Segment, out []byte, start int, first segment.Header, limit int64, verify bool) ([]byte, error) {
+func (l *Log) checkBatches(s *segment.Segment, out []byte, start int, first segment.Header, limit int64, verify bool, truncs int64) ([]byte, error) {
 	p := start
 	offset := first.BaseOffset // where the batch at p begins
 	for p < len(out) {
@@ -110,7 +111,7 @@ func (l *Log) checkBatches(s *segment.Segment, out []byte, start int, first segm
 		if err != nil {
 			pos := first.Position + int64(p-start)
 			cerr := &segment.CorruptError{Path: s.Path(), Position: pos, Err: err}
-			l.noteDamage(s, pos, offset, cerr)
+			l.noteDamage(s, pos, offset, cerr, truncs)
 			if p > start {
 				break
 			}

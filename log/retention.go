@@ -174,8 +174,7 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 		return 0, l.fail(err)
 	}
 	end := l.next.Load()
-	l.forgetDamageFrom(end)
-	l.truncs.Add(1)
+	l.truncated(end)
 	l.committed.Store(min(l.committed.Load(), end))
 	l.syncMu.Lock()
 	l.durable = min(l.durable, end)
@@ -283,8 +282,7 @@ func (l *Log) Reset(offset int64) error {
 	l.unsynced = nil
 	l.start.Store(offset)
 	l.next.Store(offset)
-	l.forgetDamageFrom(0)
-	l.truncs.Add(1)
+	l.truncated(0)
 	l.committed.Store(offset)
 	l.syncMu.Lock()
 	l.durable = offset

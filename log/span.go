@@ -19,11 +19,12 @@ import (
 // compaction can delete the segment without closing the file under the
 // send; Release drops it. The zero Span is empty.
 type Span struct {
-	l    *Log
-	seg  *segment.Segment
-	pos  int64
-	n    int64
-	base int64
+	l      *Log
+	truncs int64 // the log's truncation count when the span was found
+	seg    *segment.Segment
+	pos    int64
+	n      int64
+	base   int64
 }
 
 // Len is the number of bytes in the span.
@@ -95,7 +96,7 @@ func (s *Span) Verify() error {
 		offset = next
 	}
 	if s.l != nil {
-		s.l.noteDamage(s.seg, good, offset, err)
+		s.l.noteDamage(s.seg, good, offset, err, s.truncs)
 	}
 	s.n = good - s.pos
 	if s.n == 0 {
@@ -135,6 +136,7 @@ func (l *Log) Span(offset int64, maxBytes int, limit int64) (Span, error) {
 		return Span{}, nil
 	}
 	for attempt := 0; ; attempt++ {
+		truncs := l.truncs.Load()
 		segs := l.segments()
 		i := sort.Search(len(segs), func(i int) bool { return segs[i].Base() > offset }) - 1
 		sp, retry, err := spanSegments(segs, max(i, 0), offset, maxBytes, limit)
@@ -142,7 +144,7 @@ func (l *Log) Span(offset int64, maxBytes int, limit int64) (Span, error) {
 			continue // a segment was deleted under us; take a fresh list
 		}
 		if sp.seg != nil {
-			sp.l = l
+			sp.l, sp.truncs = l, truncs
 		}
 		return sp, err
 	}
