@@ -428,7 +428,7 @@ func (b *Broker) describeReplicated(name string) (TopicDescription, error) {
 		if rs, err := b.cl.leader(context.Background(), name, st.Partition); err == nil {
 			p := rs.Partition()
 			pd.StartOffset, pd.EndOffset, pd.HighWatermark = p.StartOffset(), p.EndOffset(), p.HighWatermark()
-			pd.Size, pd.Segments = p.Log().Size(), p.Log().NumSegments()
+			pd.Size, pd.Segments, pd.CorruptBatches = p.Log().Size(), p.Log().NumSegments(), p.Log().Stats().CorruptBatches
 		}
 		d.Partitions = append(d.Partitions, pd)
 	}
