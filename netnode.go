@@ -565,6 +565,18 @@ func (c *netController) AlterPartition(ctx context.Context, req replica.AlterPar
 	return st, err
 }
 
+// Resign implements replica.Controller. Kafka has no request for it: a
+// leader that is the active controller resigns here; another one keeps its
+// leadership (it refuses to serve the damaged batch) - moving it from there
+// is not done yet.
+func (c *netController) Resign(ctx context.Context, req replica.ResignRequest) (replica.PartitionState, error) {
+	nc := (*netCluster)(c)
+	if nc.q.Active() {
+		return nc.q.Resign(ctx, req)
+	}
+	return replica.PartitionState{}, fmt.Errorf("spool: a leader's resignation from a node that is not the active controller: %w", errors.ErrUnsupported)
+}
+
 // CreateTopic implements replica.Controller; brokers create topics through
 // Broker.CreateTopic instead.
 func (c *netController) CreateTopic(ctx context.Context, spec replica.TopicSpec) ([]replica.PartitionState, error) {
