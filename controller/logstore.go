@@ -108,7 +108,13 @@ type LogStoreOptions struct {
 // kept entries first written to a file in the directory, raft-truncate
 // (an 8-byte log start offset to keep, the batch of kept entries, a CRC-32C
 // of both), so that a crash between the steps loses nothing Raft had
-// stored: OpenLogStore finishes the cut and removes the file.
+// stored: OpenLogStore finishes the cut and removes the file. A tail
+// deletion a crash interrupts may be found partly done - the log ending
+// anywhere from the cut to where it ended - which Raft, deleting the
+// suffix again, takes in its stride: it never loses an entry before the
+// cut nor leaves a hole. Every other change is whole or not at all after a
+// crash, but for a StoreLogs in flight, which may leave a prefix of its
+// entries.
 //
 // # Reads
 //
