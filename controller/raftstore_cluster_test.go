@@ -223,7 +223,9 @@ func index(t *testing.T, f func() (uint64, error)) uint64 {
 	return i
 }
 
-func TestRaftClusterOnTheseStores(t *testing.T) {
+// newRaftCluster starts three bootstrapped nodes, each in a directory of
+// its own, and stops them when the test ends.
+func newRaftCluster(t *testing.T) *raftCluster {
 	output := io.Discard
 	if os.Getenv("SPOOL_RAFT_LOG") != "" {
 		output = os.Stderr
@@ -241,21 +243,28 @@ func TestRaftClusterOnTheseStores(t *testing.T) {
 	for _, n := range c.nodes {
 		require.NoError(t, n.r.BootstrapCluster(raft.Configuration{Servers: servers}).Error())
 	}
-	defer func() {
+	t.Cleanup(func() {
 		for _, n := range c.nodes {
 			if n.r != nil {
 				c.stop(n)
 			}
 		}
-	}()
+	})
+	return c
+}
 
-	want := map[string]string{}
-	record := func(from, to int) {
-		c.apply(from, to)
-		for i := from; i < to; i++ {
-			want[fmt.Sprintf("k%d", i)] = fmt.Sprintf("v%d", i)
-		}
+// record applies the commands [from, to) and notes them in want.
+func (c *raftCluster) record(want map[string]string, from, to int) {
+	c.apply(from, to)
+	for i := from; i < to; i++ {
+		want[fmt.Sprintf("k%d", i)] = fmt.Sprintf("v%d", i)
 	}
+}
+
+func TestRaftClusterOnTheseStores(t *testing.T) {
+	c := newRaftCluster(t)
+	want := map[string]string{}
+	record := func(from, to int) { c.record(want, from, to) }
 	record(0, 300)
 	c.converge(want)
 
@@ -319,5 +328,85 @@ func TestRaftClusterOnTheseStores(t *testing.T) {
 		term, err := n.stable.GetUint64([]byte("CurrentTerm"))
 		require.NoError(t, err)
 		require.Positive(t, term)
+	}
+}
+
+// A leader cut off from the others stores a long tail of entries that never
+// commit; the others elect a leader, go on, snapshot and compact. Back, the
+// old leader is sent a snapshot that ends below its tail: Raft deletes its
+// whole log. Restarted, it stores the entries after the snapshot, below
+// the old end of its log - the restart a log can only make once it is
+// empty (log.Reset below the end) - and converges with the rest, none of
+// the uncommitted tail left.
+func TestRaftDeposedLeaderRestartsBelowItsTail(t *testing.T) {
+	c := newRaftCluster(t)
+	want := map[string]string{}
+	c.record(want, 0, 50)
+	c.converge(want)
+
+	a := c.leader()
+	a.trans.DisconnectAll()
+	for _, o := range c.nodes {
+		if o != a {
+			o.trans.Disconnect(a.addr)
+		}
+	}
+	var lost []raft.ApplyFuture
+	for i := 0; i < 300; i++ {
+		lost = append(lost, a.r.Apply([]byte(fmt.Sprintf("lost%d=x", i)), time.Second))
+	}
+	for _, f := range lost {
+		require.Error(t, f.Error(), "cut off from the others, nothing commits")
+	}
+	tail := index(t, a.logs.LastIndex)
+
+	var b *raftNode
+	require.Eventually(t, func() bool {
+		for _, n := range c.nodes {
+			if n != a && n.r.State() == raft.Leader {
+				b = n
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 10*time.Millisecond)
+	c.record(want, 50, 70)
+	for _, n := range c.nodes {
+		if n != a {
+			require.NoError(t, n.r.Snapshot().Error())
+		}
+	}
+	snapshotIndex := index(t, b.logs.FirstIndex) + 9 // TrailingLogs 10 kept before the snapshot's end
+	require.Less(t, snapshotIndex, tail, "the snapshot ends below the old leader's tail")
+
+	// Reconnect: the old leader installs the snapshot and empties its log.
+	for _, o := range c.nodes {
+		if o != a {
+			o.trans.Connect(a.addr, a.trans)
+			a.trans.Connect(o.addr, o.trans)
+		}
+	}
+	require.Eventually(t, func() bool {
+		_, restores := a.fsm.state()
+		first, _ := a.logs.FirstIndex()
+		return restores > 0 && first == 0
+	}, 20*time.Second, 10*time.Millisecond, "the old leader got the snapshot and deleted its log")
+	require.Equal(t, tail, uint64(a.logs.log.EndOffset()), "the emptied log ends where the tail did")
+
+	c.stop(a)
+	c.start(a)
+	c.record(want, 70, 80)
+	c.converge(want)
+	first, last := index(t, a.logs.FirstIndex), index(t, a.logs.LastIndex)
+	require.LessOrEqual(t, first, tail, "restarted below the old end")
+	lead := c.leader()
+	for i := first; i <= last; i++ {
+		var mine, theirs raft.Log
+		require.NoError(t, a.logs.GetLog(i, &mine))
+		if err := lead.logs.GetLog(i, &theirs); err == nil {
+			require.Equal(t, theirs.Term, mine.Term, "index %d", i)
+			require.Equal(t, theirs.Data, mine.Data, "index %d", i)
+		}
+		require.False(t, strings.HasPrefix(string(mine.Data), "lost"), "index %d holds an entry that never committed", i)
 	}
 }
