@@ -362,6 +362,14 @@ func (b *Broker) replicatedTopic(ctx context.Context, name string, create bool) 
 			return TopicConfig{}, nil, cerr
 		}
 		spec, states, err = b.cl.topic(ctx, name)
+		// Created by someone else just now: this node's view of the
+		// cluster's metadata may be a moment behind.
+		for wait := time.Millisecond; err != nil && wait < 5*time.Second; wait *= 2 {
+			if serr := sleepCtx(ctx, wait); serr != nil {
+				break
+			}
+			spec, states, err = b.cl.topic(ctx, name)
+		}
 	}
 	if err != nil {
 		return TopicConfig{}, nil, fmt.Errorf("%w: %q", ErrUnknownTopic, name)

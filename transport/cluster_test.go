@@ -74,7 +74,9 @@ func newTestCluster(t testing.TB, n int) *testCluster {
 func (c *testCluster) config(id int32) NodeConfig {
 	cfg := NodeConfig{
 		Dir: c.dirs[id], NodeID: id, Listen: "127.0.0.1:0", ControllerListen: c.ctrl[id], QuorumVoters: c.voters,
-		Cluster: spool.NodeOptions{SessionTimeout: time.Second, ElectionTimeout: 200 * time.Millisecond, ReplicaLagTime: 2 * time.Second, FetchMaxWait: 100 * time.Millisecond, FetchBackoff: 100 * time.Millisecond},
+		// Short enough to keep the tests quick, long enough that a loaded
+		// two-core machine does not fence brokers that are alive.
+		Cluster: spool.NodeOptions{SessionTimeout: 3 * time.Second, ElectionTimeout: 300 * time.Millisecond, ReplicaLagTime: 3 * time.Second, FetchMaxWait: 100 * time.Millisecond, FetchBackoff: 100 * time.Millisecond},
 		Broker:  spool.Options{OffsetsTopicPartitions: 3},
 		Logger:  clusterLogger().With("node", id),
 	}
@@ -341,15 +343,20 @@ func TestClusterISRChangesThroughARemoteController(t *testing.T) {
 	defer cl.Close()
 	c.createTopic(ctx, cl, "t", 3, 3, nil)
 
-	ctrl := c.running()[1].Broker().Quorum()
-	active, _ := ctrl.Leader()
+	// A partition whose leader is not the active controller (with three
+	// partitions on three brokers, two of them).
 	var part kmsg.MetadataResponseTopicPartition
-	for _, p := range c.metadata(ctx, cl, "t").Partitions {
-		if p.Leader != active {
-			part = p
+	var active int32
+	require.Eventually(t, func() bool {
+		active, _ = c.running()[1].Broker().Quorum().Leader()
+		for _, p := range c.metadata(ctx, cl, "t").Partitions {
+			if p.Leader >= 0 && p.Leader != active && len(p.ISR) == 3 {
+				part = p
+				return active >= 0
+			}
 		}
-	}
-	require.NotEqual(t, active, part.Leader)
+		return false
+	}, 20*time.Second, 50*time.Millisecond)
 	var follower int32
 	for _, r := range part.Replicas {
 		if r != part.Leader && r != active {
@@ -377,8 +384,8 @@ func TestClusterISRChangesThroughARemoteController(t *testing.T) {
 		return false
 	}
 	require.Eventually(t, full, 30*time.Second, 50*time.Millisecond, "follower %d rejoins the ISR", follower)
-	// Longer than ReplicaLagTime (2s here): still whole.
-	deadline := time.Now().Add(3 * time.Second)
+	// Longer than ReplicaLagTime (3s here): still whole.
+	deadline := time.Now().Add(4 * time.Second)
 	for time.Now().Before(deadline) {
 		require.True(t, full(), "the ISR stays whole")
 		time.Sleep(100 * time.Millisecond)
