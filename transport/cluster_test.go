@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -390,4 +391,110 @@ func TestClusterISRChangesThroughARemoteController(t *testing.T) {
 		require.True(t, full(), "the ISR stays whole")
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestClusterAdministrationThroughAnyBroker: topic administration sent to
+// a broker that is not the active controller is forwarded there and takes
+// effect cluster-wide; DeleteRecords goes to the leader and the followers
+// follow its log start.
+func TestClusterAdministrationThroughAnyBroker(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	active, _ := c.running()[1].Broker().Quorum().Leader()
+	var other *Node
+	for id, nd := range c.running() {
+		if id != active {
+			other = nd
+		}
+	}
+	// A client that knows only the broker that is not the controller.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(other.Addr().String()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	c.createTopic(ctx, cl, "adm", 2, 3, map[string]string{"retention.ms": "86400000"})
+
+	// CreatePartitions: 2 -> 4.
+	cp := kmsg.NewPtrCreatePartitionsRequest()
+	cp.TimeoutMillis = 30000
+	cpt := kmsg.NewCreatePartitionsRequestTopic()
+	cpt.Topic, cpt.Count = "adm", 4
+	cp.Topics = append(cp.Topics, cpt)
+	cpr, err := cp.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Zero(t, cpr.Topics[0].ErrorCode, "%v", cpr.Topics[0].ErrorMessage)
+	require.Eventually(t, func() bool {
+		md := c.metadata(ctx, cl, "adm")
+		if len(md.Partitions) != 4 {
+			return false
+		}
+		for _, p := range md.Partitions {
+			if p.Leader < 0 || len(p.ISR) != 3 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond)
+
+	// IncrementalAlterConfigs, then every broker describes the new value.
+	ia := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, "adm"
+	res.Configs = []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "retention.ms", Op: kmsg.IncrementalAlterConfigOpSet, Value: ptr("3600000")}}
+	ia.Resources = append(ia.Resources, res)
+	iar, err := ia.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Zero(t, iar.Resources[0].ErrorCode, "%v", iar.Resources[0].ErrorMessage)
+	for id, nd := range c.running() {
+		require.Eventually(t, func() bool {
+			own, _, err := nd.Broker().TopicSettings("adm")
+			return err == nil && own.RetentionTime == time.Hour
+		}, 10*time.Second, 20*time.Millisecond, "broker %d sees the new retention", id)
+	}
+
+	// DeleteRecords below offset 5 of partition 0: leader and followers.
+	for i := range 10 {
+		require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "adm", Partition: 0, Value: fmt.Appendf(nil, "%d", i)}).FirstErr())
+	}
+	dr := kmsg.NewPtrDeleteRecordsRequest()
+	dr.TimeoutMillis = 30000
+	drt := kmsg.NewDeleteRecordsRequestTopic()
+	drt.Topic = "adm"
+	drt.Partitions = []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: 5}}
+	dr.Topics = append(dr.Topics, drt)
+	drr, err := dr.RequestWith(ctx, cl) // kgo sends it to the partition's leader
+	require.NoError(t, err)
+	require.Zero(t, drr.Topics[0].Partitions[0].ErrorCode)
+	require.Eventually(t, func() bool {
+		for _, nd := range c.running() {
+			p, err := nd.Broker().Partition("adm", 0)
+			if err != nil || p.StartOffset() != 5 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "every replica's log starts at 5")
+
+	// DeleteTopics: gone from every broker, data directories included.
+	dt := kmsg.NewPtrDeleteTopicsRequest()
+	dt.TimeoutMillis = 30000
+	dtt := kmsg.NewDeleteTopicsRequestTopic()
+	dtt.Topic = ptr("adm")
+	dt.Topics = append(dt.Topics, dtt)
+	dt.TopicNames = []string{"adm"}
+	dtr, err := dt.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Zero(t, dtr.Topics[0].ErrorCode, "%v", dtr.Topics[0].ErrorMessage)
+	require.Eventually(t, func() bool {
+		for id, nd := range c.running() {
+			if _, err := nd.Broker().DescribeTopic("adm"); err == nil {
+				return false
+			}
+			if m, _ := filepath.Glob(filepath.Join(c.dirs[id], "adm-*")); len(m) > 0 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "the topic and its replicas are gone everywhere")
 }
