@@ -521,6 +521,11 @@ func (c *netController) heartbeat(ctx context.Context, h controller.Heartbeat) (
 // asking for it until the controller has moved every leadership away.
 func (c *netController) Shutdown(ctx context.Context, id int32, brokerEpoch int64) error {
 	nc := (*netCluster)(c)
+	// A controller that does not answer within a session timeout would
+	// fence this broker anyway (the last voters of a quorum have none to
+	// answer): stop trying then.
+	ctx, cancel := context.WithTimeout(ctx, nc.opts.SessionTimeout)
+	defer cancel()
 	for {
 		res, err := c.heartbeat(ctx, controller.Heartbeat{BrokerID: id, BrokerEpoch: brokerEpoch, WantShutdown: true})
 		if err != nil {
