@@ -525,10 +525,10 @@ func (r *fetchResponse) writeBody(c *conn) error {
 		} else {
 			enc = binary.BigEndian.AppendUint32(lenBuf[:0], uint32(l))
 		}
-		if _, err := c.w.Write(env[prev:h.at]); err != nil {
+		if _, err := c.out().Write(env[prev:h.at]); err != nil {
 			return err
 		}
-		if _, err := c.w.Write(enc); err != nil {
+		if _, err := c.out().Write(enc); err != nil {
 			return err
 		}
 		prev = h.at + r.placeholder()
@@ -536,7 +536,7 @@ func (r *fetchResponse) writeBody(c *conn) error {
 			return err
 		}
 	}
-	_, err := c.w.Write(env[prev:])
+	_, err := c.out().Write(env[prev:])
 	return err
 }
 
@@ -547,7 +547,7 @@ func writeSpan(c *conn, sp *log.Span) error {
 	var sent int64
 	if tc, ok := c.nc.(*net.TCPConn); ok {
 		if f := sp.File(); f != nil {
-			if err := c.w.Flush(); err != nil {
+			if err := c.out().Flush(); err != nil {
 				return err
 			}
 			var err error
@@ -557,7 +557,7 @@ func writeSpan(c *conn, sp *log.Span) error {
 			}
 		}
 	}
-	n, err := io.Copy(c.w, io.NewSectionReader(sp, sent, sp.Len()-sent))
+	n, err := io.Copy(c.out(), io.NewSectionReader(sp, sent, sp.Len()-sent))
 	if err == nil && sent+n != sp.Len() {
 		err = fmt.Errorf("transport: sent %d of %d record bytes", sent+n, sp.Len())
 	}
