@@ -324,7 +324,13 @@ func (n *Node) Halt() {
 		return
 	}
 	n.closed = true
-	sets := n.sets
+	// Copy the replicas under the lock: Remove (the metadata loop applying
+	// a topic's deletion) may still delete from the map meanwhile. A
+	// replica both stop is closed twice, which is harmless.
+	sets := make([]*ReplicaSet, 0, len(n.sets))
+	for _, r := range n.sets {
+		sets = append(sets, r)
+	}
 	n.mu.Unlock()
 	close(n.stop)
 	n.wg.Wait()

@@ -138,6 +138,10 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 {
 		return usageError(fs, "--controller-listen, --cluster-id and --session-timeout need --controller-quorum-voters")
 	}
+	if err := checkNotClusterNode(bf.data); err != nil {
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		return exitProblem
+	}
 	bopts.Logger = logger
 	b, err := spool.Open(bf.data, bopts)
 	if errors.Is(err, spool.ErrLocked) {
