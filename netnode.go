@@ -428,9 +428,20 @@ func (b *Broker) openNetReplica(st replica.PartitionState) (*partition.Partition
 // known, or the one asked is no longer it, it waits and tries again until
 // ctx ends.
 func (nc *netCluster) call(ctx context.Context, local func() error, remote func(addr string) error) error {
+	_, err := nc.callAmbiguous(ctx, local, remote)
+	return err
+}
+
+// callAmbiguous is call, also reporting whether an attempt before the
+// last may have taken effect: an operation interrupted by the loss of the
+// controller's leadership (or of the connection) may still have been
+// committed, so a retry can find its own effect (a topic it created
+// "exists", one it deleted "is unknown").
+func (nc *netCluster) callAmbiguous(ctx context.Context, local func() error, remote func(addr string) error) (ambiguous bool, _ error) {
 	backoff := 10 * time.Millisecond
 	for {
 		var err error
+		sent := true
 		id, addr := nc.q.Leader()
 		switch {
 		case nc.q.Active():
@@ -438,20 +449,24 @@ func (nc *netCluster) call(ctx context.Context, local func() error, remote func(
 		case id >= 0 && id != nc.b.opts.NodeID:
 			err = remote(addr)
 		default:
-			err = &controller.NotControllerError{Leader: -1}
+			err, sent = &controller.NotControllerError{Leader: -1}, false
 		}
 		var nce *controller.NotControllerError
 		if !errors.As(err, &nce) && !errors.Is(err, replica.ErrUnreachable) {
-			return err
+			return ambiguous, err
 		}
 		if noForward(ctx) {
-			return err
+			return ambiguous, err
 		}
+		// An operation that was sent and failed so may have been
+		// committed all the same (a controller losing its leadership while
+		// committing answers NOT_CONTROLLER too).
+		ambiguous = ambiguous || sent
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+			return ambiguous, fmt.Errorf("%w (last: %w)", ctx.Err(), err)
 		case <-nc.q.Changed():
 		case <-t.C:
 		}
@@ -659,7 +674,7 @@ func (nc *netCluster) createTopic(ctx context.Context, name string, own, eff Top
 	req := controller.TopicRequest{Name: name, Partitions: int(eff.Partitions), ReplicationFactor: eff.ReplicationFactor,
 		Config: data, Unclean: eff.UncleanLeaderElection, MinISR: eff.MinInSyncReplicas}
 	var index uint64
-	err = nc.call(ctx, func() error {
+	ambiguous, err := nc.callAmbiguous(ctx, func() error {
 		_, err := nc.q.CreateTopic(ctx, req)
 		index = nc.q.Image().Index()
 		return err
@@ -668,6 +683,13 @@ func (nc *netCluster) createTopic(ctx context.Context, name string, own, eff Top
 		fwd.Partitions, fwd.ReplicationFactor = eff.Partitions, eff.ReplicationFactor
 		return nc.b.opts.Node.Remote.CreateTopic(ctx, addr, name, fwd)
 	})
+	if ambiguous && errors.Is(err, replica.ErrTopicExists) {
+		// Most likely an earlier attempt of ours created it: say so only
+		// for a topic created with the settings asked.
+		if t, ok := nc.q.Image().Topic(name); ok && string(t.Config) == string(data) {
+			err = nil
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -687,8 +709,12 @@ func (nc *netCluster) createTopic(ctx context.Context, name string, own, eff Top
 }
 
 func (nc *netCluster) deleteTopic(ctx context.Context, name string) error {
-	return nc.call(ctx, func() error { return nc.q.DeleteTopic(ctx, name) },
+	ambiguous, err := nc.callAmbiguous(ctx, func() error { return nc.q.DeleteTopic(ctx, name) },
 		func(addr string) error { return nc.opts.Remote.DeleteTopic(ctx, addr, name) })
+	if ambiguous && errors.Is(err, replica.ErrUnknownTopic) {
+		return nil // an earlier attempt deleted it
+	}
+	return err
 }
 
 func (nc *netCluster) createPartitions(ctx context.Context, name string, total int32) error {

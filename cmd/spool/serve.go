@@ -142,7 +142,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		fmt.Fprintf(stderr, "spool serve: %v\n", err)
 		return exitProblem
 	}
-	bopts.Logger = logger
+	bopts.Logger, bopts.NodeID = logger, opts.NodeID
 	b, err := spool.Open(bf.data, bopts)
 	if errors.Is(err, spool.ErrLocked) {
 		fmt.Fprintf(stderr, "spool serve: data directory %s is in use by another process (%v)\n", bf.data, err)
