@@ -439,6 +439,7 @@ func (nc *netCluster) call(ctx context.Context, local func() error, remote func(
 // "exists", one it deleted "is unknown").
 func (nc *netCluster) callAmbiguous(ctx context.Context, local func() error, remote func(addr string) error) (ambiguous bool, _ error) {
 	backoff := 10 * time.Millisecond
+	guess := 0
 	for {
 		var err error
 		sent := true
@@ -448,6 +449,13 @@ func (nc *netCluster) callAmbiguous(ctx context.Context, local func() error, rem
 			err = local()
 		case id >= 0 && id != nc.b.opts.NodeID:
 			err = remote(addr)
+		case !nc.q.Voter():
+			// A broker-only node learns the leader from Raft only once
+			// the controller has added it to the quorum, which its
+			// registration asks for: until then, try each voter in turn.
+			v := nc.opts.Voters[guess%len(nc.opts.Voters)]
+			guess++
+			err = remote(v.Addr)
 		default:
 			err, sent = &controller.NotControllerError{Leader: -1}, false
 		}

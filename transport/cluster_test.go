@@ -498,3 +498,46 @@ func TestClusterAdministrationThroughAnyBroker(t *testing.T) {
 		return true
 	}, 20*time.Second, 50*time.Millisecond, "the topic and its replicas are gone everywhere")
 }
+
+// TestClusterBrokerOnlyNode: a node not among the voters is a broker only:
+// it joins the metadata quorum as a non-voting member (added by the active
+// controller when it registers), follows the metadata log and takes
+// replicas like any broker.
+func TestClusterBrokerOnlyNode(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	c.dirs[4] = t.TempDir()
+	c.ctrl[4] = freeAddr(t)
+	n4 := c.start(4)
+	select {
+	case <-n4.Broker().Ready():
+	case <-ctx.Done():
+		t.Fatal("the broker-only node did not join")
+	}
+	require.False(t, n4.Broker().Quorum().Voter())
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(n4.Addr().String()), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	require.Eventually(t, func() bool {
+		req := kmsg.NewPtrMetadataRequest()
+		resp, err := req.RequestWith(ctx, cl)
+		return err == nil && len(resp.Brokers) == 4
+	}, 20*time.Second, 50*time.Millisecond, "four brokers in metadata")
+	c.createTopic(ctx, cl, "wide", 4, 4, nil)
+	for p := int32(0); p < 4; p++ {
+		require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "wide", Partition: p, Value: []byte("x")}).FirstErr())
+	}
+	require.Eventually(t, func() bool {
+		for p := int32(0); p < 4; p++ {
+			part, err := n4.Broker().Partition("wide", p)
+			if err != nil || part.HighWatermark() != 1 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "the broker-only node holds a replica of every partition")
+}
