@@ -165,7 +165,6 @@ type Server struct {
 
 	refused      atomic.Int64
 	readTimeouts atomic.Int64
-
 }
 
 // NewServer returns a Server for the broker. It reads (or creates) the
