@@ -543,6 +543,10 @@ type PartitionDescription struct {
 	LeaderEpoch   int32
 	Size          int64 // bytes of log on disk
 	Segments      int
+	// CorruptBatches counts the damaged batches reads of this replica
+	// have found since it was opened (log.Stats): none was returned as
+	// data. Non-zero means a disk is damaging data; see spool check.
+	CorruptBatches int64
 	// Leader is the broker leading the partition (-1: none, while its ISR
 	// is down); Replicas the brokers holding it, the first preferred as
 	// leader; ISR those in sync. A standalone broker is all three.
@@ -577,7 +581,7 @@ func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
 		d.Partitions = append(d.Partitions, PartitionDescription{
 			Partition: p.ID(), StartOffset: p.StartOffset(), EndOffset: p.EndOffset(),
 			HighWatermark: p.HighWatermark(), LeaderEpoch: p.LeaderEpoch(),
-			Size: p.Log().Size(), Segments: p.Log().NumSegments(),
+			Size: p.Log().Size(), Segments: p.Log().NumSegments(), CorruptBatches: p.Log().Stats().CorruptBatches,
 			Leader: b.opts.NodeID, Replicas: []int32{b.opts.NodeID}, ISR: []int32{b.opts.NodeID},
 		})
 	}

@@ -362,6 +362,14 @@ func (b *Broker) replicatedTopic(ctx context.Context, name string, create bool) 
 			return TopicConfig{}, nil, cerr
 		}
 		spec, states, err = b.cl.topic(ctx, name)
+		// Created by someone else just now: this node's view of the
+		// cluster's metadata may be a moment behind.
+		for wait := time.Millisecond; err != nil && wait < 5*time.Second; wait *= 2 {
+			if serr := sleepCtx(ctx, wait); serr != nil {
+				break
+			}
+			spec, states, err = b.cl.topic(ctx, name)
+		}
 	}
 	if err != nil {
 		return TopicConfig{}, nil, fmt.Errorf("%w: %q", ErrUnknownTopic, name)
@@ -428,7 +436,7 @@ func (b *Broker) describeReplicated(name string) (TopicDescription, error) {
 		if rs, err := b.cl.leader(context.Background(), name, st.Partition); err == nil {
 			p := rs.Partition()
 			pd.StartOffset, pd.EndOffset, pd.HighWatermark = p.StartOffset(), p.EndOffset(), p.HighWatermark()
-			pd.Size, pd.Segments = p.Log().Size(), p.Log().NumSegments()
+			pd.Size, pd.Segments, pd.CorruptBatches = p.Log().Size(), p.Log().NumSegments(), p.Log().Stats().CorruptBatches
 		}
 		d.Partitions = append(d.Partitions, pd)
 	}
@@ -438,12 +446,8 @@ func (b *Broker) describeReplicated(name string) (TopicDescription, error) {
 // leaderPartition is the current leader's replica of a replicated
 // partition, for reading: in one process, a consumer reads the leader's
 // partition directly, as it would fetch from the leader over the network.
-func (b *Broker) leaderPartition(ctx context.Context, tp TopicPartition) (*partition.Partition, error) {
-	rs, err := b.cl.leader(ctx, tp.Topic, tp.Partition)
-	if err != nil {
-		return nil, err
-	}
-	return rs.Partition(), nil
+func (b *Broker) leaderPartition(ctx context.Context, tp TopicPartition) (readable, error) {
+	return b.readerFor(ctx, tp)
 }
 
 // wrapTopicErr maps the controller's topic errors to the broker's.

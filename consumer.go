@@ -289,7 +289,7 @@ func (c *Consumer) Seek(topic string, partition int32, offset int64) error {
 
 // seekEach applies where to every named partition (all assigned partitions
 // of the topic when none are named).
-func (c *Consumer) seekEach(topic string, partitions []int32, where func(*partition.Partition) (int64, error)) error {
+func (c *Consumer) seekEach(topic string, partitions []int32, where func(readable) (int64, error)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var targets []*assignment
@@ -324,20 +324,20 @@ func (c *Consumer) seekEach(topic string, partitions []int32, where func(*partit
 // SeekToStart moves partitions to their log start offset (all assigned
 // partitions of the topic when none are named).
 func (c *Consumer) SeekToStart(topic string, partitions ...int32) error {
-	return c.seekEach(topic, partitions, func(p *partition.Partition) (int64, error) { return p.StartOffset(), nil })
+	return c.seekEach(topic, partitions, func(p readable) (int64, error) { return p.StartOffset(), nil })
 }
 
 // SeekToEnd moves partitions to their high watermark: only records produced
 // from now on.
 func (c *Consumer) SeekToEnd(topic string, partitions ...int32) error {
-	return c.seekEach(topic, partitions, func(p *partition.Partition) (int64, error) { return p.HighWatermark(), nil })
+	return c.seekEach(topic, partitions, func(p readable) (int64, error) { return p.HighWatermark(), nil })
 }
 
 // SeekToTime moves partitions to the first record whose timestamp is at or
 // after t (through the time index), or to the high watermark if there is
 // none.
 func (c *Consumer) SeekToTime(topic string, t time.Time, partitions ...int32) error {
-	return c.seekEach(topic, partitions, func(p *partition.Partition) (int64, error) {
+	return c.seekEach(topic, partitions, func(p readable) (int64, error) {
 		off, ok, err := p.OffsetForTime(t)
 		if err != nil || !ok {
 			return p.HighWatermark(), err
@@ -362,7 +362,7 @@ func (c *Consumer) Position(topic string, partition int32) (int64, error) {
 }
 
 // reset places a partition without a valid position per AutoOffsetReset.
-func (c *Consumer) reset(part *partition.Partition, a *assignment, cause error) error {
+func (c *Consumer) reset(part readable, a *assignment, cause error) error {
 	switch c.cfg.AutoOffsetReset {
 	case ResetEarliest:
 		a.pos = part.StartOffset()
@@ -380,7 +380,7 @@ func (c *Consumer) reset(part *partition.Partition, a *assignment, cause error) 
 
 // partOf is the partition to read a's records from: the local one, or the
 // current leader's replica of a replicated one.
-func (c *Consumer) partOf(ctx context.Context, a *assignment) (*partition.Partition, error) {
+func (c *Consumer) partOf(ctx context.Context, a *assignment) (readable, error) {
 	if a.part != nil {
 		return a.part, nil
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolmq/spool/controller"
 	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/replica"
 )
 
@@ -43,6 +44,14 @@ type Remote interface {
 	DeleteTopic(ctx context.Context, addr string, name string) error
 	CreatePartitions(ctx context.Context, addr string, name string, total int32) error
 	AlterTopicConfig(ctx context.Context, addr string, name string, cfg TopicConfig) error
+	// Produce writes a batch at broker's leader replica of a partition and
+	// waits as opts.Acks says (Kafka's Produce); it returns the base
+	// offset.
+	Produce(ctx context.Context, broker int32, topic string, partition int32, b record.Batch, opts ProduceOptions) (int64, error)
+	// Fetch reads committed batches from offset at broker's leader replica
+	// (Kafka's Fetch as a consumer); offset -1 reads nothing and only
+	// reports the partition's high watermark and log start offset.
+	Fetch(ctx context.Context, broker int32, topic string, partition int32, offset int64, maxBytes int) (RemoteFetch, error)
 }
 
 // NodeOptions make a Broker a node of a cluster of processes (Options.Node).
@@ -421,9 +430,20 @@ func (b *Broker) openNetReplica(st replica.PartitionState) (*partition.Partition
 // known, or the one asked is no longer it, it waits and tries again until
 // ctx ends.
 func (nc *netCluster) call(ctx context.Context, local func() error, remote func(addr string) error) error {
+	_, err := nc.callAmbiguous(ctx, local, remote)
+	return err
+}
+
+// callAmbiguous is call, also reporting whether an attempt before the
+// last may have taken effect: an operation interrupted by the loss of the
+// controller's leadership (or of the connection) may still have been
+// committed, so a retry can find its own effect (a topic it created
+// "exists", one it deleted "is unknown").
+func (nc *netCluster) callAmbiguous(ctx context.Context, local func() error, remote func(addr string) error) (ambiguous bool, _ error) {
 	backoff := 10 * time.Millisecond
 	for {
 		var err error
+		sent := true
 		id, addr := nc.q.Leader()
 		switch {
 		case nc.q.Active():
@@ -431,20 +451,24 @@ func (nc *netCluster) call(ctx context.Context, local func() error, remote func(
 		case id >= 0 && id != nc.b.opts.NodeID:
 			err = remote(addr)
 		default:
-			err = &controller.NotControllerError{Leader: -1}
+			err, sent = &controller.NotControllerError{Leader: -1}, false
 		}
 		var nce *controller.NotControllerError
 		if !errors.As(err, &nce) && !errors.Is(err, replica.ErrUnreachable) {
-			return err
+			return ambiguous, err
 		}
 		if noForward(ctx) {
-			return err
+			return ambiguous, err
 		}
+		// An operation that was sent and failed so may have been
+		// committed all the same (a controller losing its leadership while
+		// committing answers NOT_CONTROLLER too).
+		ambiguous = ambiguous || sent
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
+			return ambiguous, fmt.Errorf("%w (last: %w)", ctx.Err(), err)
 		case <-nc.q.Changed():
 		case <-t.C:
 		}
@@ -514,6 +538,11 @@ func (c *netController) heartbeat(ctx context.Context, h controller.Heartbeat) (
 // asking for it until the controller has moved every leadership away.
 func (c *netController) Shutdown(ctx context.Context, id int32, brokerEpoch int64) error {
 	nc := (*netCluster)(c)
+	// A controller that does not answer within a session timeout would
+	// fence this broker anyway (the last voters of a quorum have none to
+	// answer): stop trying then.
+	ctx, cancel := context.WithTimeout(ctx, nc.opts.SessionTimeout)
+	defer cancel()
 	for {
 		res, err := c.heartbeat(ctx, controller.Heartbeat{BrokerID: id, BrokerEpoch: brokerEpoch, WantShutdown: true})
 		if err != nil {
@@ -556,6 +585,18 @@ func (c *netController) AlterPartition(ctx context.Context, req replica.AlterPar
 		st.Replicas = cur.Replicas
 	}
 	return st, err
+}
+
+// Resign implements replica.Controller. Kafka has no request for it: a
+// leader that is the active controller resigns here; another one keeps its
+// leadership (it refuses to serve the damaged batch) - moving it from there
+// is not done yet.
+func (c *netController) Resign(ctx context.Context, req replica.ResignRequest) (replica.PartitionState, error) {
+	nc := (*netCluster)(c)
+	if nc.q.Active() {
+		return nc.q.Resign(ctx, req)
+	}
+	return replica.PartitionState{}, fmt.Errorf("spool: a leader's resignation from a node that is not the active controller: %w", errors.ErrUnsupported)
 }
 
 // CreateTopic implements replica.Controller; brokers create topics through
@@ -635,7 +676,7 @@ func (nc *netCluster) createTopic(ctx context.Context, name string, own, eff Top
 	req := controller.TopicRequest{Name: name, Partitions: int(eff.Partitions), ReplicationFactor: eff.ReplicationFactor,
 		Config: data, Unclean: eff.UncleanLeaderElection, MinISR: eff.MinInSyncReplicas}
 	var index uint64
-	err = nc.call(ctx, func() error {
+	ambiguous, err := nc.callAmbiguous(ctx, func() error {
 		_, err := nc.q.CreateTopic(ctx, req)
 		index = nc.q.Image().Index()
 		return err
@@ -644,6 +685,13 @@ func (nc *netCluster) createTopic(ctx context.Context, name string, own, eff Top
 		fwd.Partitions, fwd.ReplicationFactor = eff.Partitions, eff.ReplicationFactor
 		return nc.b.opts.Node.Remote.CreateTopic(ctx, addr, name, fwd)
 	})
+	if ambiguous && errors.Is(err, replica.ErrTopicExists) {
+		// Most likely an earlier attempt of ours created it: say so only
+		// for a topic created with the settings asked.
+		if t, ok := nc.q.Image().Topic(name); ok && string(t.Config) == string(data) {
+			err = nil
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -663,8 +711,12 @@ func (nc *netCluster) createTopic(ctx context.Context, name string, own, eff Top
 }
 
 func (nc *netCluster) deleteTopic(ctx context.Context, name string) error {
-	return nc.call(ctx, func() error { return nc.q.DeleteTopic(ctx, name) },
+	ambiguous, err := nc.callAmbiguous(ctx, func() error { return nc.q.DeleteTopic(ctx, name) },
 		func(addr string) error { return nc.opts.Remote.DeleteTopic(ctx, addr, name) })
+	if ambiguous && errors.Is(err, replica.ErrUnknownTopic) {
+		return nil // an earlier attempt deleted it
+	}
+	return err
 }
 
 func (nc *netCluster) createPartitions(ctx context.Context, name string, total int32) error {

@@ -10,7 +10,6 @@ import (
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
-	"github.com/spoolmq/spool/replica"
 )
 
 // Producer errors.
@@ -131,7 +130,7 @@ type accum struct {
 	topic    string
 	id       int32
 	part     *partition.Partition // nil for a replicated topic
-	leader   *replica.ReplicaSet  // a replicated partition's leader, as last found
+	leader   leaderHandle         // a replicated partition's leader, as last found
 	queued   chan struct{}        // replicated: signalled when seal queues a batch
 	open     *batch               // the batch being filled, or nil
 	deadline time.Time            // when open must be written

@@ -51,7 +51,7 @@ type sendGroup struct {
 	built   []record.Batch
 	results []sendResult
 	todo    []int // batches to (re)send; empty once written
-	rs      *replica.ReplicaSet
+	rs      leaderHandle
 	pd      replica.Pending
 	sent    time.Time
 	retry   bool // written at a leader that lost leadership, or not written: send again
@@ -115,7 +115,7 @@ func (p *Producer) write(a *accum, g *sendGroup) {
 		return
 	}
 	if a.leader == nil || !a.leader.IsLeader() {
-		rs, err := p.b.cl.leader(context.Background(), a.topic, a.id)
+		rs, err := p.b.leaderFor(context.Background(), a.topic, a.id)
 		if err != nil {
 			a.leader = nil
 			g.fail(err)
@@ -284,7 +284,7 @@ func (p *Producer) sendOnce(a *accum, built []record.Batch, todo []int, results 
 	}
 	ctx := context.Background()
 	if a.leader == nil || !a.leader.IsLeader() {
-		rs, err := p.b.cl.leader(ctx, a.topic, a.id)
+		rs, err := p.b.leaderFor(ctx, a.topic, a.id)
 		if err != nil {
 			return fail(err)
 		}
@@ -338,7 +338,7 @@ func (b *Broker) produceReplicated(ctx context.Context, rec Record) (RecordMetad
 	}
 	deadline := time.Now().Add(DefaultDeliveryTimeout)
 	for {
-		rs, err := b.cl.leader(ctx, rec.Topic, n)
+		rs, err := b.leaderFor(ctx, rec.Topic, n)
 		if err == nil {
 			var off int64
 			off, err = rs.Append(ctx, batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: true})

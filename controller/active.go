@@ -604,3 +604,33 @@ func newID() string {
 	}
 	return base64.RawURLEncoding.EncodeToString(id[:])
 }
+
+// Resign moves a partition's leadership away from a leader that found a
+// damaged batch in its own log (replica.DecideResignation): to another
+// in-sync replica, the old leader leaving the ISR until it has repaired its
+// copy. The metadata knows no replica's log end, so every other live ISR
+// member counts as holding the committed records.
+func (q *Quorum) Resign(ctx context.Context, req replica.ResignRequest) (replica.PartitionState, error) {
+	if err := q.begin(ctx); err != nil {
+		return replica.PartitionState{}, err
+	}
+	defer q.opMu.Unlock()
+	im := q.Image()
+	t, ok := im.Topic(req.Topic)
+	if !ok {
+		return replica.PartitionState{}, fmt.Errorf("%w: %q", replica.ErrUnknownTopic, req.Topic)
+	}
+	st, ok := im.Partition(req.Topic, req.Partition)
+	if !ok {
+		return replica.PartitionState{}, fmt.Errorf("%w: %s-%d", replica.ErrUnknownPartition, req.Topic, req.Partition)
+	}
+	next, err := replica.DecideResignation(st, req, im.Eligible, nil)
+	if err != nil {
+		return st, err
+	}
+	if _, _, err := q.applyLocked(partitionRecord(t.ID, next)); err != nil {
+		return st, err
+	}
+	q.log.Warn("leader resigned over a damaged batch", "topic", req.Topic, "partition", req.Partition, "old_leader", req.Leader, "new_leader", next.Leader, "offset", req.Offset)
+	return next, nil
+}

@@ -36,7 +36,7 @@
 //	  __cluster_metadata-0/           the Raft log, a Kafka-format log (LogStore): Raft index = offset + 1,
 //	                                  term in each batch's partitionLeaderEpoch; `spool dump` reads it
 //	  __cluster_metadata-snapshots/   snapshots of the Image (JSON), hashicorp/raft's FileSnapshotStore
-//	  quorum-state                    Raft's current term and vote (StableStore), with a CRC
+//	    quorum-state                  Raft's current term and vote (StableStore), with a CRC
 //
 // # The wire
 //

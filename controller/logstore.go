@@ -103,12 +103,18 @@ type LogStoreOptions struct {
 //
 // log.Truncate removes the whole batch that holds its offset, but Raft cuts
 // between two entries of one term as often as not (the new leader had the
-// first but not the second). Such a cut is done in three steps - truncate
-// to the batch's start, append the batch's kept entries again - with the
-// kept entries first written to a file in the directory, raft-truncate
-// (an 8-byte log start offset to keep, the batch of kept entries, a CRC-32C
-// of both), so that a crash between the steps loses nothing Raft had
-// stored: OpenLogStore finishes the cut and removes the file.
+// first but not the second). Such a cut goes in steps: the entries of the
+// batch to keep are written to a file in the directory, raft-truncate (the
+// log start offset to keep, those entries as a batch, a CRC-32C of both;
+// see truncateFile), fsynced; the batch is cut whole; the kept entries are
+// appended again; the file is removed. A crash between the steps loses
+// nothing Raft had stored: OpenLogStore finishes the cut from the file. A tail
+// deletion a crash interrupts may be found partly done - the log ending
+// anywhere from the cut to where it ended - which Raft, deleting the
+// suffix again, takes in its stride: it never loses an entry before the
+// cut nor leaves a hole. Every other change is whole or not at all after a
+// crash, but for a StoreLogs in flight, which may leave a prefix of its
+// entries.
 //
 // # Reads
 //
@@ -121,8 +127,8 @@ type LogStoreOptions struct {
 // GetLog returns are shared with that cache: they must not be modified.
 //
 // A LogStore is safe for concurrent use: writes (StoreLogs, DeleteRange)
-// are serialised, reads take no lock of the writers' and proceed during an
-// fsync.
+// are serialised; reads wait only for a tail deletion or a restart of the
+// log, never for an append or its fsync.
 type LogStore struct {
 	log  *log.Log
 	fs   vfs.FS
@@ -198,8 +204,11 @@ func (s *LogStore) setBounds() {
 	s.bounds.Store(&r)
 }
 
-// Close closes the log. The store must not be used afterwards.
+// Close waits for a write in progress and closes the log; later calls
+// return log.ErrClosed. Shut Raft down first.
 func (s *LogStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed.Swap(true) {
 		return log.ErrClosed
 	}
@@ -291,9 +300,9 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 		return err
 	}
 	r := s.bounds.Load()
-	first := logs[0].Index
-	if first == 0 || first > math.MaxInt64 {
-		return fmt.Errorf("%w: index %d", ErrBadEntry, first)
+	first, last := logs[0].Index, logs[len(logs)-1].Index
+	if first == 0 || last > math.MaxInt64 || last < first {
+		return fmt.Errorf("%w: indexes %d..%d outside [1, 2^63-1]", ErrBadEntry, first, last)
 	}
 	if r.first != 0 && first != r.last+1 {
 		return fmt.Errorf("%w: index %d stored after index %d", ErrLogGap, first, r.last)
@@ -319,7 +328,7 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("controller: raft log: start at index %d: %w", first, err)
 		}
 	}
-	var last log.Pending
+	var pending log.Pending
 	for _, eb := range batches {
 		base, p, err := s.log.AppendTrustedNoWait(eb.batch)
 		if err == nil && base != int64(eb.entries[0].Index-1) {
@@ -334,16 +343,16 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 			s.broken = fmt.Errorf("controller: raft log: append index %d: %w", eb.entries[0].Index, err)
 			return s.broken
 		}
-		last = p
+		pending = p
 	}
-	if err := s.log.WaitDurable(last); err != nil {
-		s.broken = fmt.Errorf("controller: raft log: flush through index %d: %w", logs[len(logs)-1].Index, err)
+	if err := s.log.WaitDurable(pending); err != nil {
+		s.broken = fmt.Errorf("controller: raft log: flush through index %d: %w", last, err)
 		return s.broken
 	}
 	for _, eb := range batches {
 		s.cache.put(eb.decoded())
 	}
-	next := indexRange{first: r.first, last: logs[len(logs)-1].Index}
+	next := indexRange{first: r.first, last: last}
 	if next.first == 0 {
 		next.first = first
 	}

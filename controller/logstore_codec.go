@@ -135,7 +135,12 @@ func (s *LogStore) decode(b record.Batch) (*decodedBatch, error) {
 	it := s.iters.Get().(*record.Iterator)
 	defer s.iters.Put(it)
 	it.Reset(b) // checks the CRC first
-	db := &decodedBatch{base: b.BaseOffset(), entries: make([]raft.Log, 0, b.NumRecords())}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	// The record count comes from the batch: it sizes nothing before the
+	// records themselves are decoded (each takes at least 7 bytes).
+	db := &decodedBatch{base: b.BaseOffset(), entries: make([]raft.Log, 0, max(0, min(int(b.NumRecords()), b.Size()/7)))}
 	for it.Next() {
 		r := it.Record()
 		if want := db.base + int64(len(db.entries)); r.Offset != want {

@@ -502,3 +502,14 @@ func TestLogStoreRefusesDamagedTruncationFile(t *testing.T) {
 	require.ErrorIs(t, err, record.ErrCorrupt)
 	require.ErrorContains(t, err, path)
 }
+
+// Bad options and a directory another store has open are refused.
+func TestOpenLogStoreRefuses(t *testing.T) {
+	_, err := OpenLogStore(t.TempDir(), LogStoreOptions{SegmentBytes: 10})
+	require.ErrorContains(t, err, "SegmentBytes")
+	dir := t.TempDir()
+	s := openTestStore(t, dir)
+	defer s.Close()
+	_, err = OpenLogStore(dir, LogStoreOptions{})
+	require.ErrorIs(t, err, log.ErrLocked)
+}

@@ -151,4 +151,23 @@ fi
 grep -qi "authentication failed\|Authentication" "$work/wrong" || { cat "$work/wrong"; fail "SASL: wrong password: unexpected error"; }
 stop_server
 
-echo "kcat.sh: ok: $n records produced (plain, idempotent lz4, over SASL PLAIN/SCRAM-SHA-256/SCRAM-SHA-512), consumed with -C and -G, offsets queried with -Q"
+# Issue 17: a damaged batch is never served as data. One byte of
+# "value-100" is changed on disk; kcat (librdkafka checks no CRC by
+# default) must not print it: the broker answers CORRUPT_MESSAGE, which
+# librdkafka calls "Invalid message", and kcat stops on it.
+"$bin" topics create --data "$work/data" --topic damaged >/dev/null
+seq 1 3000 | sed 's/^/value-/' | "$bin" produce --data "$work/data" --topic damaged >/dev/null
+seg="$work/data/damaged-0/00000000000000000000.log"
+at=$(grep -abo value-100 "$seg" | head -1 | cut -d: -f1)
+printf w | dd of="$seg" bs=1 seek="$at" conv=notrunc 2>/dev/null
+if "$bin" check --quiet "$work/data" >"$work/check" 2>&1; then fail "spool check did not find the damage"; fi
+grep -q crc32c "$work/check" || { cat "$work/check"; fail "spool check: no crc32c mismatch reported"; }
+start_server
+if kc -C -t damaged -o beginning -e -f '%o %s\n' >"$work/damaged" 2>"$work/damaged.err"; then
+	fail "kcat read past a damaged batch without an error"
+fi
+if grep walue "$work/damaged"; then fail "kcat printed the damaged record as data"; fi
+grep -q "Invalid message" "$work/damaged.err" || { cat "$work/damaged.err"; fail "kcat: no CORRUPT_MESSAGE (Invalid message) error"; }
+stop_server
+
+echo "kcat.sh: ok: $n records produced (plain, idempotent lz4, over SASL PLAIN/SCRAM-SHA-256/SCRAM-SHA-512), consumed with -C and -G, offsets queried with -Q; a damaged batch refused"

@@ -69,7 +69,12 @@
 // file and position (see `spool check`); under None and Interval it is cut,
 // with everything after it, as Kafka does, and reported in RecoveryInfo and
 // the log. Damage found later by a read (a bit flip in a sealed segment) is
-// returned as an error wrapping ErrCorrupt, never as data.
+// returned as an error wrapping ErrCorrupt, never as data: a read returns
+// the batches before the damaged one, and one that begins with it fails.
+// Span.Verify checks a zero-copy span the same way before it is sent. The
+// log remembers the damage reads find - logged and counted once (Stats),
+// and reported by Damage, where a replica cuts its log to copy the batches
+// again from a healthy one.
 //
 // # Reading
 //

@@ -87,6 +87,8 @@ type Log struct {
 
 	cleanMu sync.Mutex // one Clean at a time
 
+	damage damageSet // where reads found damaged batches
+
 	notify   notify.Notifier
 	batchBuf sync.Pool // *[]byte, for Append's encoding
 	iters    sync.Pool // *record.Iterator, for AppendBatch's checks

@@ -19,8 +19,10 @@ func (l *Log) Changed() <-chan struct{} { return l.notify.Wait() }
 // maxBytes in all - always at least one batch, however large - from the
 // committed part of the log. The first batch may begin before offset: skip
 // its earlier records. Every batch is checked (CRC-32C) before it is
-// returned; damage gives an error wrapping ErrCorrupt that names the file and
-// position. Reading at the committed offset returns nothing; outside
+// returned, and a damaged one never is: the read returns the batches before
+// it, and a read that begins with it gets an error wrapping ErrCorrupt that
+// names the file and position (the log records the damage: see Stats and
+// Damage). Reading at the committed offset returns nothing; outside
 // [StartOffset, CommittedOffset] is ErrOffsetOutOfRange.
 func (l *Log) Read(offset int64, maxBytes int) ([]byte, error) {
 	return l.ReadInto(nil, offset, maxBytes)
@@ -66,6 +68,7 @@ func (l *Log) read(dst []byte, offset int64, maxBytes int, limit int64, verify b
 // readSegments reads from the first segment of segs that has a batch at or
 // after offset below limit.
 func (l *Log) readSegments(dst []byte, segs []*segment.Segment, offset int64, maxBytes int, limit int64, verify bool) ([]byte, bool, error) {
+	truncs := l.truncs.Load() // a truncation during the read can tear what it reads
 	for _, s := range segs {
 		if s.Base() >= limit {
 			return dst, false, nil
@@ -86,7 +89,7 @@ func (l *Log) readSegments(dst []byte, segs []*segment.Segment, offset int64, ma
 			s.Release()
 			return dst, false, err
 		}
-		out, err = checkBatches(s, out, start, first.Position, limit, verify)
+		out, err = l.checkBatches(s, out, start, first, limit, verify, truncs)
 		s.Release()
 		return out, false, err
 	}
@@ -94,21 +97,31 @@ func (l *Log) readSegments(dst []byte, segs []*segment.Segment, offset int64, ma
 }
 
 // checkBatches verifies the batches in out[start:], which were read from s
-// at position pos, and drops those that end at or past limit.
-func checkBatches(s *segment.Segment, out []byte, start int, pos int64, limit int64, verify bool) ([]byte, error) {
+// starting with the batch whose header is first, and drops those that end
+// at or past limit. A damaged batch is recorded and dropped with those
+// after it; it is an error only if it is the first.
+func (l *Log) checkBatches(s *segment.Segment, out []byte, start int, first segment.Header, limit int64, verify bool, truncs int64) ([]byte, error) {
 	p := start
+	offset := first.BaseOffset // where the batch at p begins
 	for p < len(out) {
 		b, n, err := record.ParseBatch(out[p:])
 		if err == nil && verify {
 			err = b.Verify()
 		}
 		if err != nil {
-			return out[:start], &segment.CorruptError{Path: s.Path(), Position: pos + int64(p-start), Err: err}
+			pos := first.Position + int64(p-start)
+			cerr := &segment.CorruptError{Path: s.Path(), Position: pos, Err: err}
+			l.noteDamage(s, pos, offset, cerr, truncs)
+			if p > start {
+				break
+			}
+			return out[:start], fmt.Errorf("log: batch at offset %d: %w", offset, cerr)
 		}
 		if b.LastOffset() >= limit {
 			break
 		}
 		p += n
+		offset = b.NextOffset()
 	}
 	return out[:p], nil
 }

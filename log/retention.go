@@ -186,7 +186,7 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 		return 0, l.fail(err)
 	}
 	end := l.next.Load()
-	l.truncs.Add(1)
+	l.truncated(end)
 	l.committed.Store(min(l.committed.Load(), end))
 	l.syncMu.Lock()
 	l.durable = min(l.durable, end)
@@ -371,7 +371,7 @@ func (l *Log) restartAt(s *segment.Segment, offset int64) {
 	l.unsynced = nil
 	l.start.Store(offset)
 	l.next.Store(offset)
-	l.truncs.Add(1)
+	l.truncated(0)
 	l.committed.Store(offset)
 	l.syncMu.Lock()
 	l.durable = offset

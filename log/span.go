@@ -11,17 +11,20 @@ import (
 
 // Span is a run of whole batches in one segment's .log file, found but not
 // read: a network fetch sends it from the file to the socket without
-// copying it through user space (sendfile), as Kafka does. Its bytes are
-// not CRC-checked; the client checks them.
+// copying it through user space (sendfile). Its bytes are not checked when
+// it is found: Verify checks them, as a sender must first, for the bytes
+// go out unseen.
 //
 // A non-empty Span holds a reference to its segment, so retention or
 // compaction can delete the segment without closing the file under the
 // send; Release drops it. The zero Span is empty.
 type Span struct {
-	seg  *segment.Segment
-	pos  int64
-	n    int64
-	base int64
+	l      *Log
+	truncs int64 // the log's truncation count when the span was found
+	seg    *segment.Segment
+	pos    int64
+	n      int64
+	base   int64
 }
 
 // Len is the number of bytes in the span.
@@ -72,6 +75,36 @@ func (s *Span) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// Verify checks every batch of the span - framing and CRC-32C - reading it
+// through the page cache (pread; the send that follows reads the same
+// cached pages). If one does not verify, the span is cut to the batches
+// before it (and released if none is left), the log records the damage
+// (logged once, counted in Stats, found by Damage), and the error, wrapping
+// ErrCorrupt and a *segment.CorruptError naming the file and position, says
+// where. The span's remaining bytes may then be sent: the next read, at the
+// damaged batch, gets the error.
+func (s *Span) Verify() error {
+	if s.seg == nil {
+		return nil
+	}
+	good, next, err := s.seg.Verify(s.pos, s.pos+s.n)
+	if err == nil {
+		return nil
+	}
+	offset := s.base // the damaged batch is the first
+	if next >= 0 {
+		offset = next
+	}
+	if s.l != nil {
+		s.l.noteDamage(s.seg, good, offset, err, s.truncs)
+	}
+	s.n = good - s.pos
+	if s.n == 0 {
+		s.Release()
+	}
+	return fmt.Errorf("log: batch at offset %d: %w", offset, err)
+}
+
 // Release drops the span's reference to its segment. It may be called more
 // than once; the span is empty afterwards.
 func (s *Span) Release() {
@@ -103,11 +136,15 @@ func (l *Log) Span(offset int64, maxBytes int, limit int64) (Span, error) {
 		return Span{}, nil
 	}
 	for attempt := 0; ; attempt++ {
+		truncs := l.truncs.Load()
 		segs := l.segments()
 		i := sort.Search(len(segs), func(i int) bool { return segs[i].Base() > offset }) - 1
 		sp, retry, err := spanSegments(segs, max(i, 0), offset, maxBytes, limit)
 		if retry && attempt < 10 {
 			continue // a segment was deleted under us; take a fresh list
+		}
+		if sp.seg != nil {
+			sp.l, sp.truncs = l, truncs
 		}
 		return sp, err
 	}

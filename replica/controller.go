@@ -80,6 +80,12 @@ type Controller interface {
 	// preferred (first) replica where that replica is alive and in sync,
 	// and returns how many moved.
 	ElectPreferredLeaders(ctx context.Context) (int, error)
+	// Resign moves a partition's leadership away from a leader that found a
+	// damaged batch in its own log, to an in-sync replica that holds the
+	// batch, and takes the old leader out of the ISR (DecideResignation).
+	// It returns the new state, or the current one with ErrStaleState or
+	// ErrNoIntactReplica.
+	Resign(ctx context.Context, req ResignRequest) (PartitionState, error)
 }
 
 // ControllerConfig configures a LocalController.
@@ -349,6 +355,25 @@ func (c *LocalController) AlterPartition(ctx context.Context, req AlterPartition
 	if err != nil {
 		return next.Clone(), err
 	}
+	c.commitLocked(t, i, next)
+	return next.Clone(), nil
+}
+
+// Resign implements Controller.
+func (c *LocalController) Resign(ctx context.Context, req ResignRequest) (PartitionState, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, i, err := c.lookup(req.Topic, req.Partition)
+	if err != nil {
+		return PartitionState{}, err
+	}
+	st := t.parts[i]
+	next, err := DecideResignation(st, req, c.alive, c.logEnd(st))
+	if err != nil {
+		return st.Clone(), err
+	}
+	c.log.Warn("leader resigned: damaged batch in its log", "topic", req.Topic, "partition", req.Partition,
+		"old_leader", req.Leader, "offset", req.Offset, "state", next.String())
 	c.commitLocked(t, i, next)
 	return next.Clone(), nil
 }

@@ -56,6 +56,12 @@ var (
 	ErrUnreachable = errors.New("replica: broker unreachable")
 	// ErrClosed means the replica (or node) was closed.
 	ErrClosed = errors.New("replica: closed")
+	// ErrNoIntactReplica refuses a leader's resignation over a damaged
+	// batch in its log: no other live in-sync replica holds the batch to
+	// take over with (DecideResignation). The leader keeps the partition
+	// and keeps refusing to serve the damaged batch. No Kafka code: only
+	// brokers see it.
+	ErrNoIntactReplica = errors.New("replica: no other in-sync replica holds the damaged batch")
 	// ErrInvalidConfig reports a bad configuration or request argument.
 	ErrInvalidConfig = errors.New("replica: invalid configuration")
 )

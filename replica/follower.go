@@ -69,6 +69,15 @@ func (r *ReplicaSet) follow(ctx context.Context, f *fetcher) {
 	}
 	truncated := false
 	for ctx.Err() == nil {
+		if offset, damaged := r.part.Log().Damage(); damaged {
+			if err := r.repair(offset); err != nil {
+				if !fail("repair", err) {
+					return
+				}
+				continue
+			}
+			truncated = false // agree on epochs again from the new end
+		}
 		if !truncated {
 			if err := r.truncateToLeader(ctx, link, f); err != nil {
 				if !fail("truncation", err) {
@@ -134,6 +143,24 @@ func (r *ReplicaSet) follow(ctx context.Context, f *fetcher) {
 			}
 		}
 	}
+}
+
+// repair cuts the follower's log before a damaged batch that a read found
+// (log.Log.Damage), and everything after it, to copy them again from the
+// leader: going beyond Kafka, whose followers never look at their own
+// copies. The cut may go below the high watermark; nothing is lost, as the
+// leader holds those records, and the follower leaves the ISR until it has
+// them again if it lags too long.
+func (r *ReplicaSet) repair(offset int64) error {
+	end := r.part.EndOffset()
+	to, err := r.part.TruncateTo(offset)
+	if err != nil {
+		return fmt.Errorf("%s-%d: cutting the damaged batch at %d: %w", r.topic, r.id, offset, err)
+	}
+	r.node.repairs.Add(1)
+	r.node.log.Warn("follower: cut a damaged batch and what follows from its log, to copy them again from the leader",
+		"topic", r.topic, "partition", r.id, "offset", offset, "from", end, "to", to)
+	return nil
 }
 
 // truncateToLeader cuts the follower's log to where it agrees with the

@@ -70,6 +70,8 @@ type Node struct {
 	brokerEpoch atomic.Int64
 
 	truncatedCommitted atomic.Int64 // records cut below the high watermark
+	resignations       atomic.Int64 // leaderships given up over damage
+	repairs            atomic.Int64 // damaged logs cut to be copied again
 
 	mu     sync.Mutex
 	sets   map[tp]*ReplicaSet
@@ -168,6 +170,7 @@ func (n *Node) isrChecks() {
 		}
 		for _, r := range n.replicaSets() {
 			r.proposeISR()
+			r.resignIfDamaged() // damage a consumer's read found
 		}
 	}
 }
@@ -188,11 +191,18 @@ type NodeStats struct {
 	// high watermark: records once committed, lost to an unclean leader
 	// election (or to more replicas failing than the ISR allows).
 	TruncatedCommitted int64
+	// Resignations counts leaderships this node gave up because its
+	// replica's log held a damaged batch (DecideResignation).
+	Resignations int64
+	// Repairs counts the times a follower cut its log before a damaged
+	// batch to copy it again from the leader. The records cut were not
+	// lost: the leader holds them.
+	Repairs int64
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() NodeStats {
-	return NodeStats{TruncatedCommitted: n.truncatedCommitted.Load()}
+	return NodeStats{TruncatedCommitted: n.truncatedCommitted.Load(), Resignations: n.resignations.Load(), Repairs: n.repairs.Load()}
 }
 
 // ReplicaSet returns this node's replica of a partition, if it has one.
@@ -314,7 +324,13 @@ func (n *Node) Halt() {
 		return
 	}
 	n.closed = true
-	sets := n.sets
+	// Copy the replicas under the lock: Remove (the metadata loop applying
+	// a topic's deletion) may still delete from the map meanwhile. A
+	// replica both stop is closed twice, which is harmless.
+	sets := make([]*ReplicaSet, 0, len(n.sets))
+	for _, r := range n.sets {
+		sets = append(sets, r)
+	}
 	n.mu.Unlock()
 	close(n.stop)
 	n.wg.Wait()

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -72,6 +73,10 @@ type ReplicaSet struct {
 	fetcher *fetcher
 	closed  bool
 	changed notify.Notifier // high watermark, role or state moved
+	// resignTried is the state in which this leader last asked to resign
+	// over damage (zero: never), so that it asks again only once the
+	// state changes.
+	resignTried PartitionState
 }
 
 func newReplicaSet(n *Node, p *partition.Partition, cfg Config, topic string, id int32) *ReplicaSet {
@@ -345,6 +350,12 @@ func (r *ReplicaSet) handleFetch(ctx context.Context, req *FetchRequest) (*Fetch
 		logChanged := r.part.Log().Changed()
 		stateChanged := r.changed.Wait()
 		out, err := r.part.Log().ReadUpTo(nil, req.FetchOffset, max(req.MaxBytes, 1), r.part.Log().CommittedOffset())
+		if errors.Is(err, log.ErrCorrupt) {
+			// The read checked the batches and found this replica's copy
+			// damaged: the follower gets the error, never the bytes, and
+			// the leadership goes to a replica with the batch intact.
+			r.resignIfDamaged()
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -376,6 +387,45 @@ func (r *ReplicaSet) handleFetch(ctx context.Context, req *FetchRequest) (*Fetch
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// resignIfDamaged has a leader whose log holds a damaged batch that reads
+// found (log.Log.Damage) ask the controller to move the leadership to an
+// in-sync replica with the batch intact (DecideResignation), once per
+// partition state. As a follower it then cuts its log before the damage and
+// copies the batches again (follow). With no such replica it keeps leading
+// and keeps refusing the damaged batch.
+func (r *ReplicaSet) resignIfDamaged() {
+	offset, damaged := r.part.Log().Damage()
+	if !damaged {
+		return
+	}
+	r.mu.Lock()
+	if r.leader == nil || r.closed {
+		r.mu.Unlock()
+		return
+	}
+	st := r.leader.State()
+	if r.resignTried.Topic != "" && st.LeaderEpoch == r.resignTried.LeaderEpoch && st.PartitionEpoch == r.resignTried.PartitionEpoch {
+		r.mu.Unlock()
+		return
+	}
+	r.resignTried = st
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	next, err := r.node.ctrl.Resign(ctx, ResignRequest{Topic: r.topic, Partition: r.id, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch, Offset: offset})
+	cancel()
+	if err != nil {
+		r.node.log.Error("leader: damaged batch in this replica's log, and no replica to hand the partition to; its reads fail",
+			"topic", r.topic, "partition", r.id, "offset", offset, "err", err)
+		return
+	}
+	r.node.resignations.Add(1)
+	r.node.log.Warn("leader: damaged batch in this replica's log: resigned, to repair it as a follower",
+		"topic", r.topic, "partition", r.id, "offset", offset, "new_leader", next.Leader, "epoch", next.LeaderEpoch)
+	// The controller sends the new state to every replica; this one
+	// becomes a follower when it arrives.
 }
 
 // handleEpoch answers a follower's OffsetsForLeaderEpoch as the leader.

@@ -411,3 +411,55 @@ func AssignReplicas(brokers []int32, partitions, rf, start int) ([][]int32, erro
 	}
 	return out, nil
 }
+
+// ResignRequest is a leader giving up a partition's leadership because its
+// own log holds a damaged batch (one whose CRC-32C does not match) at
+// Offset, which it must not serve and cannot repair while it leads. It is
+// refused with ErrStaleState unless Leader and LeaderEpoch are the
+// controller's current ones.
+type ResignRequest struct {
+	Topic       string
+	Partition   int32
+	Leader      int32
+	LeaderEpoch int32
+	// Offset is where the damaged batch begins on the leader.
+	Offset int64
+}
+
+// DecideResignation is the controller's rule for a ResignRequest; Kafka
+// has none (its brokers serve log bytes unchecked), so this goes beyond it.
+// Leadership moves to the first replica, in replica order, that is in the
+// ISR, alive, not the resigning leader, and whose log reaches past Offset:
+// it holds its own copy of the damaged batch (every ISR member holds every
+// committed record; ends tells for the rest). The old leader leaves the
+// ISR, so that it cannot be elected again with the damage; it rejoins once
+// it has cut its log before the damage, copied the batches again from the
+// new leader and caught up. Should the new leader's copy be damaged too, it
+// resigns in turn and leaves the ISR: leadership walks the ISR at most
+// once. With no such replica the state does not change and the answer is
+// ErrNoIntactReplica: the leader keeps the partition, refusing to serve the
+// damaged batch, rather than hand it to a replica without the records.
+func DecideResignation(st PartitionState, req ResignRequest, alive func(int32) bool, ends LogEnds) (PartitionState, error) {
+	if req.Leader != st.Leader || req.LeaderEpoch != st.LeaderEpoch {
+		return st, fmt.Errorf("%w: %s-%d resignation from leader %d epoch %d, controller has %s",
+			ErrStaleState, req.Topic, req.Partition, req.Leader, req.LeaderEpoch, st)
+	}
+	for _, r := range st.Replicas {
+		if r == st.Leader || !st.InISR(r) || !alive(r) {
+			continue
+		}
+		if ends != nil {
+			if _, end, ok := ends(r); !ok || end <= req.Offset {
+				continue
+			}
+		}
+		next := st.Clone()
+		next.Leader = r
+		next.LeaderEpoch++
+		next.PartitionEpoch++
+		next.ISR = slices.DeleteFunc(next.ISR, func(id int32) bool { return id == st.Leader })
+		return next, nil
+	}
+	return st, fmt.Errorf("%w: %s-%d: no other live in-sync replica holds offset %d (ISR %v)",
+		ErrNoIntactReplica, req.Topic, req.Partition, req.Offset, st.ISR)
+}

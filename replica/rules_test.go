@@ -290,3 +290,57 @@ func TestSilentFollowerDoesNotRejoin(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, []int32{1, 2}, isr)
 }
+
+// A leader with a damaged batch hands over to an in-sync replica holding
+// the batch and leaves the ISR; with none, nothing changes.
+func TestDecideResignation(t *testing.T) {
+	all := func(int32) bool { return true }
+	ends := func(m map[int32]int64) LogEnds {
+		return func(id int32) (int32, int64, bool) { e, ok := m[id]; return 5, e, ok }
+	}
+	req := ResignRequest{Topic: "t", Leader: 1, LeaderEpoch: 5, Offset: 100}
+	for _, tc := range []struct {
+		name   string
+		st     PartitionState
+		req    ResignRequest
+		alive  func(int32) bool
+		ends   map[int32]int64
+		leader int32
+		isr    []int32
+		err    error
+	}{
+		{name: "first in-sync replica in replica order", st: state3(), req: req, alive: all,
+			ends: map[int32]int64{2: 150, 3: 150}, leader: 2, isr: []int32{2, 3}},
+		{name: "one that does not reach the damage is skipped", st: state3(), req: req, alive: all,
+			ends: map[int32]int64{2: 100, 3: 101}, leader: 3, isr: []int32{2, 3}},
+		{name: "a dead replica is skipped", st: state3(), req: req, alive: func(id int32) bool { return id != 2 },
+			ends: map[int32]int64{2: 150, 3: 150}, leader: 3, isr: []int32{2, 3}},
+		{name: "a replica whose end is unknown is skipped", st: state3(), req: req, alive: all,
+			ends: map[int32]int64{3: 150}, leader: 3, isr: []int32{2, 3}},
+		{name: "out of sync replicas never take over", st: func() PartitionState { s := state3(); s.ISR = []int32{1}; return s }(),
+			req: req, alive: all, ends: map[int32]int64{2: 150, 3: 150}, err: ErrNoIntactReplica},
+		{name: "no follower reaches the damage", st: state3(), req: req, alive: all,
+			ends: map[int32]int64{2: 90, 3: 100}, err: ErrNoIntactReplica},
+		{name: "a stale leader epoch", st: state3(), req: ResignRequest{Leader: 1, LeaderEpoch: 4, Offset: 100}, alive: all,
+			ends: map[int32]int64{2: 150}, err: ErrStaleState},
+		{name: "not the leader", st: state3(), req: ResignRequest{Leader: 2, LeaderEpoch: 5, Offset: 100}, alive: all,
+			ends: map[int32]int64{3: 150}, err: ErrStaleState},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tc.st.Clone()
+			next, err := DecideResignation(tc.st, tc.req, tc.alive, ends(tc.ends))
+			require.Equal(t, before, tc.st, "the input is not changed")
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				require.Equal(t, before, next)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.leader, next.Leader)
+			require.ElementsMatch(t, tc.isr, next.ISR)
+			require.Equal(t, before.LeaderEpoch+1, next.LeaderEpoch)
+			require.Equal(t, before.PartitionEpoch+1, next.PartitionEpoch)
+			require.Equal(t, before.Replicas, next.Replicas)
+		})
+	}
+}

@@ -3,6 +3,7 @@ package segment
 import (
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/spoolmq/spool/record"
 )
@@ -150,3 +151,34 @@ func (s *Segment) Span(target int64, maxBytes int, limit int64) (pos int64, n in
 	}
 	return first.Position, end - first.Position, first, nil
 }
+
+// Verify checks the batches in [pos, end) of the .log file - framing, magic,
+// header fields and CRC-32C - reading them through the page cache: what a
+// zero-copy send (sendfile), which never sees the bytes, needs done first.
+// pos must be where a batch begins and end where one ends (a Span's bounds).
+//
+// It returns good, where the batches that verify end (end when all do), and
+// next, the offset after the last of them (-1 if the first one fails); when
+// a batch fails, err is a *CorruptError naming the file and good as its
+// position.
+func (s *Segment) Verify(pos, end int64) (good, next int64, err error) {
+	v := verifiers.Get().(*verifier)
+	v.f, v.bufPos = s.f, -1
+	defer func() {
+		v.f = nil
+		verifiers.Put(v)
+	}()
+	next = -1
+	for pos < end {
+		h, err := v.batchAt(pos, end)
+		if err != nil {
+			return pos, next, s.corrupt(pos, err)
+		}
+		pos, next = h.End(), h.NextOffset()
+	}
+	return pos, next, nil
+}
+
+// verifiers reuse the read-ahead buffers of Verify: a fetch verifies on
+// every request.
+var verifiers = sync.Pool{New: func() any { return newVerifier(nil) }}

@@ -43,6 +43,10 @@ const (
 	fetchMaxBytes = 55 << 20
 )
 
+// skipFetchVerify turns off the CRC-32C check of the batches a fetch sends,
+// for benchmarks to measure what the check costs. Never set otherwise.
+var skipFetchVerify bool
+
 // fetchSendfileBytes counts the record bytes sent with sendfile(2), for
 // tests to see that the zero-copy path ran; fetchSpansHeld counts the
 // segment references fetches hold, for tests to see every one released.
@@ -178,6 +182,26 @@ func fetchPartitions(body *kmsg.FetchRequest) int {
 // fetchErrorCode maps an error reading a partition to a code a Fetch or
 // ListOffsets partition may carry. A closed log is a topic deleted under
 // the request (or a broker closing): the client refreshes its metadata.
+//
+// A damaged batch (errors.Is log.ErrCorrupt: its CRC-32C or framing does not
+// check out) is CORRUPT_MESSAGE, which is what Kafka's own broker answers
+// when its log read finds a corrupt batch, and the code that makes clients
+// stop rather than spin or hide it:
+//
+//   - the Java consumer throws "Encountered corrupt message when fetching
+//     offset N" from poll: the application sees it and may seek past;
+//   - librdkafka (kcat) hands the error to the application as a consumer
+//     error and backs the partition off (fetch.error.backoff.ms);
+//   - sarama sends it to the Errors channel and redispatches after
+//     Consumer.Retry.Backoff;
+//   - franz-go counts it retriable: it drops the partition from the
+//     response (KeepRetryableFetchErrors surfaces it), refreshes metadata
+//     and backs off (250ms growing to 5s) - bounded, where a damaged batch
+//     sent as data made it refetch at once, thousands of times a second.
+//
+// KAFKA_STORAGE_ERROR (56) was the alternative: Java, librdkafka and
+// franz-go all treat it as "this replica's disk is gone, find the new
+// leader" and retry silently, and on a single node no new leader comes.
 func fetchErrorCode(err error) int16 {
 	if errors.Is(err, log.ErrClosed) || errors.Is(err, spool.ErrClosed) {
 		return errUnknownTopicOrPartition
@@ -361,6 +385,15 @@ func readParts(body *kmsg.FetchRequest, version int16, parts []fetchPart) (int64
 			continue
 		}
 		sp, err := p.Log().Span(offset, int(budget), hw)
+		if err == nil && !skipFetchVerify {
+			// The bytes go out unseen (sendfile), and a client that does
+			// not check CRCs would take damage for data: check them
+			// first. A damage after good batches cuts the span to them;
+			// a damaged first batch is the partition's error.
+			if verr := sp.Verify(); sp.Len() == 0 {
+				err = verr
+			}
+		}
 		if err != nil {
 			fp.err, fp.hw, fp.lso, fp.logStart = fetchErrorCode(err), -1, -1, -1
 			now = true
@@ -492,10 +525,10 @@ func (r *fetchResponse) writeBody(c *conn) error {
 		} else {
 			enc = binary.BigEndian.AppendUint32(lenBuf[:0], uint32(l))
 		}
-		if _, err := c.w.Write(env[prev:h.at]); err != nil {
+		if _, err := c.out().Write(env[prev:h.at]); err != nil {
 			return err
 		}
-		if _, err := c.w.Write(enc); err != nil {
+		if _, err := c.out().Write(enc); err != nil {
 			return err
 		}
 		prev = h.at + r.placeholder()
@@ -503,7 +536,7 @@ func (r *fetchResponse) writeBody(c *conn) error {
 			return err
 		}
 	}
-	_, err := c.w.Write(env[prev:])
+	_, err := c.out().Write(env[prev:])
 	return err
 }
 
@@ -514,7 +547,7 @@ func writeSpan(c *conn, sp *log.Span) error {
 	var sent int64
 	if tc, ok := c.nc.(*net.TCPConn); ok {
 		if f := sp.File(); f != nil {
-			if err := c.w.Flush(); err != nil {
+			if err := c.out().Flush(); err != nil {
 				return err
 			}
 			var err error
@@ -524,7 +557,7 @@ func writeSpan(c *conn, sp *log.Span) error {
 			}
 		}
 	}
-	n, err := io.Copy(c.w, io.NewSectionReader(sp, sent, sp.Len()-sent))
+	n, err := io.Copy(c.out(), io.NewSectionReader(sp, sent, sp.Len()-sent))
 	if err == nil && sent+n != sp.Len() {
 		err = fmt.Errorf("transport: sent %d of %d record bytes", sent+n, sp.Len())
 	}

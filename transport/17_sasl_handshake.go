@@ -57,12 +57,16 @@ func saslHandshake(c *conn, req *request) (responseWriter, error) {
 // PLAIN). A failure closes the connection without an answer, as Kafka does:
 // there is no error field to carry it.
 func (c *conn) saslRawTokens() error {
+	// The handshake's frame is done with (kmsg copied the mechanism's
+	// name): each token takes its own room in the request memory.
+	c.releaseFrame()
 	for !c.authenticated {
 		token, err := c.readRawToken()
 		if err != nil {
 			return err
 		}
 		reply, done, err := c.saslStep(token)
+		c.releaseFrame()
 		if err != nil {
 			return fmt.Errorf("%s (SaslHandshake v0): %w", c.saslMech, err)
 		}
@@ -76,6 +80,8 @@ func (c *conn) saslRawTokens() error {
 	return nil
 }
 
+// readRawToken reads one size-prefixed client token, at most
+// MaxPreAuthBytes, through the request memory as a request frame is.
 func (c *conn) readRawToken() ([]byte, error) {
 	c.nc.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
 	var sz [4]byte
@@ -86,20 +92,18 @@ func (c *conn) readRawToken() ([]byte, error) {
 	if size < 0 || int(size) > c.s.opts.MaxPreAuthBytes {
 		return nil, fmt.Errorf("transport: SASL token of %d bytes (limit %d)", size, c.s.opts.MaxPreAuthBytes)
 	}
-	token := make([]byte, size)
-	if _, err := io.ReadFull(c.r, token); err != nil {
-		return nil, err
-	}
-	return token, nil
+	return c.readBody(int(size))
 }
 
 func (c *conn) writeRawToken(token []byte) error {
+	defer c.releaseOut()
 	c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.IdleTimeout))
-	if _, err := c.w.Write(binary.BigEndian.AppendUint32(nil, uint32(len(token)))); err != nil {
+	w := c.out()
+	if _, err := w.Write(binary.BigEndian.AppendUint32(nil, uint32(len(token)))); err != nil {
 		return err
 	}
-	if _, err := c.w.Write(token); err != nil {
+	if _, err := w.Write(token); err != nil {
 		return err
 	}
-	return c.w.Flush()
+	return w.Flush()
 }

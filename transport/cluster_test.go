@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -74,7 +75,9 @@ func newTestCluster(t testing.TB, n int) *testCluster {
 func (c *testCluster) config(id int32) NodeConfig {
 	cfg := NodeConfig{
 		Dir: c.dirs[id], NodeID: id, Listen: "127.0.0.1:0", ControllerListen: c.ctrl[id], QuorumVoters: c.voters,
-		Cluster: spool.NodeOptions{SessionTimeout: time.Second, ElectionTimeout: 200 * time.Millisecond, ReplicaLagTime: 2 * time.Second, FetchMaxWait: 100 * time.Millisecond, FetchBackoff: 100 * time.Millisecond},
+		// Short enough to keep the tests quick, long enough that a loaded
+		// two-core machine does not fence brokers that are alive.
+		Cluster: spool.NodeOptions{SessionTimeout: 3 * time.Second, ElectionTimeout: 300 * time.Millisecond, ReplicaLagTime: 3 * time.Second, FetchMaxWait: 100 * time.Millisecond, FetchBackoff: 100 * time.Millisecond},
 		Broker:  spool.Options{OffsetsTopicPartitions: 3},
 		Logger:  clusterLogger().With("node", id),
 	}
@@ -226,3 +229,272 @@ func TestClusterOverTheWire(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// createTopic creates a topic through any node, over the Kafka protocol,
+// and waits until every partition has a leader and a full ISR.
+func (c *testCluster) createTopic(ctx context.Context, cl *kgo.Client, name string, partitions int32, rf int16, configs map[string]string) {
+	c.t.Helper()
+	ct := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, rf
+	for k, v := range configs {
+		rt.Configs = append(rt.Configs, kmsg.CreateTopicsRequestTopicConfig{Name: k, Value: ptr(v)})
+	}
+	ct.Topics = append(ct.Topics, rt)
+	cresp, err := ct.RequestWith(ctx, cl)
+	require.NoError(c.t, err)
+	require.Zero(c.t, cresp.Topics[0].ErrorCode, "%v", cresp.Topics[0].ErrorMessage)
+	require.Eventually(c.t, func() bool {
+		md := c.metadata(ctx, cl, name)
+		if len(md.Partitions) != int(partitions) {
+			return false
+		}
+		for _, p := range md.Partitions {
+			if p.Leader < 0 || len(p.ISR) != int(rf) {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "topic %s ready", name)
+}
+
+func (c *testCluster) metadata(ctx context.Context, cl *kgo.Client, name string) kmsg.MetadataResponseTopic {
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = &name
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	require.NoError(c.t, err)
+	return resp.Topics[0]
+}
+
+// TestClusterInProcessClientsReachRemoteLeaders: a node's own Producer and
+// Consumer (the Go API) reach partitions whose leaders run in other
+// processes, over the Kafka protocol.
+func TestClusterInProcessClientsReachRemoteLeaders(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	c.createTopic(ctx, cl, "t", 3, 2, nil)
+
+	b := c.running()[1].Broker()
+	leaders := map[int32]bool{}
+	for _, p := range c.metadata(ctx, cl, "t").Partitions {
+		leaders[p.Leader] = true
+	}
+	require.Greater(t, len(leaders), 1, "partitions led by more than one node")
+
+	p, err := b.NewProducer(spool.ProducerConfig{})
+	require.NoError(t, err)
+	const n = 60
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		p.Produce(ctx, spool.Record{Topic: "t", Key: fmt.Appendf(nil, "k%d", i), Value: fmt.Appendf(nil, "v%d", i)},
+			func(md spool.RecordMetadata, err error) {
+				defer wg.Done()
+				if err != nil {
+					errs <- err
+				}
+			})
+	}
+	require.NoError(t, p.Flush(ctx))
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, p.Close())
+	md, err := b.Produce(ctx, spool.Record{Topic: "t", Value: []byte("sync")})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, md.Offset, int64(0))
+
+	cons, err := c.running()[2].Broker().NewConsumer(spool.ConsumerConfig{AutoOffsetReset: spool.ResetEarliest})
+	require.NoError(t, err)
+	defer cons.Close()
+	require.NoError(t, cons.Assign("t"))
+	seen := map[string]bool{}
+	for len(seen) < n+1 {
+		recs, err := cons.Poll(ctx)
+		require.NoError(t, err)
+		for _, r := range recs {
+			require.False(t, seen[string(r.Value)], "duplicate %s", r.Value)
+			seen[string(r.Value)] = true
+		}
+	}
+}
+
+// TestClusterISRChangesThroughARemoteController: the ISR of a partition
+// whose leader is not the active controller shrinks when a follower stops
+// and grows back when it returns - the leader's AlterPartition goes over
+// the wire - and stays whole (a leader that lost track of its replicas
+// would refuse their fetches and drop them again).
+func TestClusterISRChangesThroughARemoteController(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	c.createTopic(ctx, cl, "t", 3, 3, nil)
+
+	// A partition whose leader is not the active controller (with three
+	// partitions on three brokers, two of them).
+	var part kmsg.MetadataResponseTopicPartition
+	var active int32
+	require.Eventually(t, func() bool {
+		active, _ = c.running()[1].Broker().Quorum().Leader()
+		for _, p := range c.metadata(ctx, cl, "t").Partitions {
+			if p.Leader >= 0 && p.Leader != active && len(p.ISR) == 3 {
+				part = p
+				return active >= 0
+			}
+		}
+		return false
+	}, 20*time.Second, 50*time.Millisecond)
+	var follower int32
+	for _, r := range part.Replicas {
+		if r != part.Leader && r != active {
+			follower = r
+		}
+	}
+	require.NotZero(t, follower, "active %d, partition %+v", active, part)
+
+	c.stop(follower)
+	require.Eventually(t, func() bool {
+		for _, p := range c.metadata(ctx, cl, "t").Partitions {
+			if p.Partition == part.Partition {
+				return len(p.ISR) == 2
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "follower %d leaves the ISR", follower)
+	c.start(follower)
+	full := func() bool {
+		for _, p := range c.metadata(ctx, cl, "t").Partitions {
+			if p.Partition == part.Partition {
+				return len(p.ISR) == 3
+			}
+		}
+		return false
+	}
+	require.Eventually(t, full, 30*time.Second, 50*time.Millisecond, "follower %d rejoins the ISR", follower)
+	// Longer than ReplicaLagTime (3s here): still whole.
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		require.True(t, full(), "the ISR stays whole")
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestClusterAdministrationThroughAnyBroker: topic administration sent to
+// a broker that is not the active controller is forwarded there and takes
+// effect cluster-wide; DeleteRecords goes to the leader and the followers
+// follow its log start.
+func TestClusterAdministrationThroughAnyBroker(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	active, _ := c.running()[1].Broker().Quorum().Leader()
+	var other *Node
+	for id, nd := range c.running() {
+		if id != active {
+			other = nd
+		}
+	}
+	// A client that knows only the broker that is not the controller.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(other.Addr().String()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	c.createTopic(ctx, cl, "adm", 2, 3, map[string]string{"retention.ms": "86400000"})
+
+	// CreatePartitions: 2 -> 4.
+	cp := kmsg.NewPtrCreatePartitionsRequest()
+	cp.TimeoutMillis = 30000
+	cpt := kmsg.NewCreatePartitionsRequestTopic()
+	cpt.Topic, cpt.Count = "adm", 4
+	cp.Topics = append(cp.Topics, cpt)
+	cpr, err := cp.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Zero(t, cpr.Topics[0].ErrorCode, "%v", cpr.Topics[0].ErrorMessage)
+	require.Eventually(t, func() bool {
+		md := c.metadata(ctx, cl, "adm")
+		if len(md.Partitions) != 4 {
+			return false
+		}
+		for _, p := range md.Partitions {
+			if p.Leader < 0 || len(p.ISR) != 3 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond)
+
+	// IncrementalAlterConfigs, then every broker describes the new value.
+	ia := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, "adm"
+	res.Configs = []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "retention.ms", Op: kmsg.IncrementalAlterConfigOpSet, Value: ptr("3600000")}}
+	ia.Resources = append(ia.Resources, res)
+	iar, err := ia.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Zero(t, iar.Resources[0].ErrorCode, "%v", iar.Resources[0].ErrorMessage)
+	for id, nd := range c.running() {
+		require.Eventually(t, func() bool {
+			own, _, err := nd.Broker().TopicSettings("adm")
+			return err == nil && own.RetentionTime == time.Hour
+		}, 10*time.Second, 20*time.Millisecond, "broker %d sees the new retention", id)
+	}
+
+	// DeleteRecords below offset 5 of partition 0: leader and followers.
+	for i := range 10 {
+		require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "adm", Partition: 0, Value: fmt.Appendf(nil, "%d", i)}).FirstErr())
+	}
+	dr := kmsg.NewPtrDeleteRecordsRequest()
+	dr.TimeoutMillis = 30000
+	drt := kmsg.NewDeleteRecordsRequestTopic()
+	drt.Topic = "adm"
+	drt.Partitions = []kmsg.DeleteRecordsRequestTopicPartition{{Partition: 0, Offset: 5}}
+	dr.Topics = append(dr.Topics, drt)
+	drr, err := dr.RequestWith(ctx, cl) // kgo sends it to the partition's leader
+	require.NoError(t, err)
+	require.Zero(t, drr.Topics[0].Partitions[0].ErrorCode)
+	require.Eventually(t, func() bool {
+		for _, nd := range c.running() {
+			p, err := nd.Broker().Partition("adm", 0)
+			if err != nil || p.StartOffset() != 5 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "every replica's log starts at 5")
+
+	// DeleteTopics: gone from every broker, data directories included.
+	dt := kmsg.NewPtrDeleteTopicsRequest()
+	dt.TimeoutMillis = 30000
+	dtt := kmsg.NewDeleteTopicsRequestTopic()
+	dtt.Topic = ptr("adm")
+	dt.Topics = append(dt.Topics, dtt)
+	dt.TopicNames = []string{"adm"}
+	dtr, err := dt.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Zero(t, dtr.Topics[0].ErrorCode, "%v", dtr.Topics[0].ErrorMessage)
+	require.Eventually(t, func() bool {
+		for id, nd := range c.running() {
+			if _, err := nd.Broker().DescribeTopic("adm"); err == nil {
+				return false
+			}
+			if m, _ := filepath.Glob(filepath.Join(c.dirs[id], "adm-*")); len(m) > 0 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 50*time.Millisecond, "the topic and its replicas are gone everywhere")
+}

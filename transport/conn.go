@@ -22,8 +22,12 @@ type conn struct {
 	s      *Server
 	nc     net.Conn
 	r      *bufio.Reader
-	w      *bufio.Writer
+	w      *bufio.Writer // while a response is written: see out
 	remote string
+
+	// held is the request memory (Server.memory) reserved for the frame
+	// being read or served; releaseFrame gives it back.
+	held int64
 
 	ctx    context.Context // cancelled when the connection goes
 	cancel context.CancelFunc
@@ -47,14 +51,27 @@ type request struct {
 	correlationID int32
 	clientID      string
 	body          kmsg.Request
+	// flexible: the response header has a tag buffer (a flexible version,
+	// other than ApiVersions).
+	flexible bool
 }
+
+// readBufferSize is each connection's read buffer: enough for the header
+// and body of most requests in one read, small enough that a thousand
+// idle connections cost little. A larger body is read straight into its
+// frame, past the buffer.
+const readBufferSize = 8 << 10
+
+// writers are the buffered writers responses go out through, shared by
+// every connection: one is held only while a response is written, so an
+// idle connection holds none.
+var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
 
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
 		s: s, nc: nc, remote: nc.RemoteAddr().String(),
-		r:      bufio.NewReaderSize(nc, 64<<10),
-		w:      bufio.NewWriterSize(nc, 64<<10),
+		r:      bufio.NewReaderSize(nc, readBufferSize),
 		ctx:    ctx,
 		cancel: cancel,
 		stop:   make(chan struct{}),
@@ -78,6 +95,7 @@ func (c *conn) stopAfterRequest() {
 
 func (c *conn) serve() {
 	defer func() {
+		c.releaseFrame()
 		c.cancel()
 		c.nc.Close()
 	}()
@@ -93,6 +111,7 @@ func (c *conn) serve() {
 		c.busy.Lock()
 		ok := c.handle(frame)
 		c.busy.Unlock()
+		c.releaseFrame()
 		if !ok {
 			return
 		}
@@ -118,12 +137,56 @@ func (c *conn) readFrame() ([]byte, error) {
 	if size < 8 || int(size) > limit {
 		return nil, fmt.Errorf("transport: frame of %d bytes (limit %d)", size, limit)
 	}
-	frame := make([]byte, size)
-	c.nc.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
-	if _, err := io.ReadFull(c.r, frame); err != nil {
+	return c.readBody(int(size))
+}
+
+// readBody reads the n bytes of a frame (or SASL token) whose size prefix
+// was just read. The bytes are reserved in the server's request memory
+// first, waiting for room if need be, and stay reserved until
+// releaseFrame; the whole body must arrive within the request read
+// timeout of the prefix, that wait included, or the connection is closed.
+func (c *conn) readBody(n int) ([]byte, error) {
+	deadline := time.Now().Add(c.s.opts.requestTimeout())
+	capacity := c.s.memory.frameCap(n)
+	err := c.s.memory.acquire(int64(capacity), deadline, c.stop)
+	if err == nil {
+		c.held = int64(capacity)
+		if !time.Now().Before(deadline) {
+			// Room came as the time ran out: nothing to read it into.
+			c.releaseFrame()
+			err = errRequestTimeout
+		}
+	}
+	if err != nil {
+		if errors.Is(err, errRequestTimeout) {
+			c.s.readTimeouts.Add(1)
+			c.s.logger.Debug("closing connection: no room for its request within the request read timeout",
+				"remote", c.remote, "bytes", n, "timeout", c.s.opts.requestTimeout())
+		}
 		return nil, err
 	}
-	return frame, nil
+	c.nc.SetReadDeadline(deadline)
+	body := c.s.memory.buffer(n, capacity)
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		if isTimeout(err) && !c.stopping.Load() {
+			c.s.readTimeouts.Add(1)
+			c.s.logger.Debug("closing connection: request not received within the request read timeout",
+				"remote", c.remote, "bytes", n, "timeout", c.s.opts.requestTimeout())
+			err = fmt.Errorf("%w (%d bytes)", errRequestTimeout, n)
+		}
+		c.s.memory.recycle(body)
+		c.releaseFrame()
+		return nil, err
+	}
+	return body, nil
+}
+
+// releaseFrame gives back the request memory of the frame last read. The
+// frame must no longer be referenced: the request's decoded body points
+// into it.
+func (c *conn) releaseFrame() {
+	c.s.memory.release(c.held)
+	c.held = 0
 }
 
 // handle decodes and serves one request; false closes the connection.
@@ -142,6 +205,13 @@ func (c *conn) handle(frame []byte) (ok bool) {
 		return false
 	}
 	resp, err := c.dispatch(req)
+	// The request is served: its frame's memory goes back to the pool
+	// before the response is written, which a slow reader may stretch.
+	// What a handler keeps of a request past this (a group member's
+	// metadata, say) the collector keeps alive; it is small beside the
+	// frames the pool is for.
+	req.body = nil
+	c.releaseFrame()
 	if err != nil {
 		c.s.logger.Debug("closing connection", "remote", c.remote, "api", kmsg.NameForKey(req.key), "err", err)
 		return false
@@ -194,6 +264,7 @@ func (c *conn) parse(frame []byte) (*request, error) {
 		return req, &unsupportedVersion{req.key, req.version}
 	}
 	body.SetVersion(req.version)
+	req.flexible = body.IsFlexible() && req.key != kmsg.ApiVersions.Int16()
 	rest := frame[8:]
 	// client_id: an int16-length nullable string in every header version.
 	if len(rest) < 2 {
@@ -261,17 +332,35 @@ func encoded(resp kmsg.Response) *kmsgResponse { return &kmsgResponse{buf: resp.
 func (r *kmsgResponse) size(bool) int { return len(r.buf) }
 
 func (r *kmsgResponse) writeBody(c *conn) error {
-	_, err := c.w.Write(r.buf)
+	_, err := c.out().Write(r.buf)
 	return err
+}
+
+// out is the buffered writer of the response being written, taken from
+// the shared pool on first use; writeResponse gives it back.
+func (c *conn) out() *bufio.Writer {
+	if c.w == nil {
+		c.w = writers.Get().(*bufio.Writer)
+		c.w.Reset(c.nc)
+	}
+	return c.w
+}
+
+// releaseOut gives the writer back to the pool, dropping whatever it did
+// not flush (the connection is failing then).
+func (c *conn) releaseOut() {
+	if c.w != nil {
+		c.w.Reset(nil)
+		writers.Put(c.w)
+		c.w = nil
+	}
 }
 
 // writeResponse writes the response frame: size, correlation id, the tag
 // buffer of a flexible response header (never for ApiVersions), the body.
 func (c *conn) writeResponse(req *request, resp responseWriter) error {
-	flexible := false
-	if req.body != nil && req.key != kmsg.ApiVersions.Int16() {
-		flexible = req.body.IsFlexible()
-	}
+	defer c.releaseOut()
+	flexible := req.flexible
 	n := 4 + resp.size(flexible)
 	if flexible {
 		n++
@@ -284,11 +373,11 @@ func (c *conn) writeResponse(req *request, resp responseWriter) error {
 		h = hdr[:9] // an empty tag buffer
 	}
 	c.nc.SetWriteDeadline(time.Now().Add(c.s.opts.IdleTimeout))
-	if _, err := c.w.Write(h); err != nil {
+	if _, err := c.out().Write(h); err != nil {
 		return err
 	}
 	if err := resp.writeBody(c); err != nil {
 		return err
 	}
-	return c.w.Flush()
+	return c.out().Flush()
 }

@@ -23,6 +23,40 @@
 // body that does not decode closes the connection. A panic in a handler
 // closes only its connection.
 //
+// # Limits
+//
+// Kafka's broker settings bound what clients can make the server hold, with
+// Kafka's semantics and defaults sized so that a flood of connections or of
+// large requests does not take down a 2 GiB machine (Kafka's own defaults
+// are unbounded):
+//
+//   - Options.MaxConnections (max.connections, 1000): at the limit the
+//     acceptor stops accepting until a connection closes; new ones wait in
+//     the kernel's listen backlog.
+//   - Options.MaxConnectionsPerIP (max.connections.per.ip, 500): a
+//     connection from an address with that many open is closed at once.
+//   - Options.MaxRequestBytes (socket.request.max.bytes, 100 MiB): a larger
+//     size prefix closes the connection before anything is allocated.
+//   - Options.QueuedMaxRequestBytes (queued.max.request.bytes, 256 MiB): a
+//     memory pool. A frame's whole size (from 1 MiB, rounded up by at most
+//     an eighth) is reserved when its size prefix is read, before its body
+//     is; a frame that does not fit waits, its socket unread, while smaller
+//     ones that fit pass it; the bytes go back once the request is served,
+//     before its response is written. Requests in memory never exceed the
+//     pool (Server.Stats reports them).
+//   - Options.RequestReadTimeout (30 s; no Kafka equivalent): a request
+//     must arrive whole, waiting for the pool included, within this of its
+//     size prefix, or the connection is closed and the memory returned. A
+//     client trickling a large request (slow loris) holds neither memory
+//     nor a connection for longer.
+//   - Options.IdleTimeout (connections.max.idle.ms, 10 min) closes a
+//     connection that sends nothing between requests.
+//
+// Each connection costs a goroutine and an 8 KiB read buffer; a response
+// borrows a write buffer from a shared pool while it is written. Response
+// bodies (an old client's down-converted fetch, for instance) are not
+// counted in the pool, as in Kafka.
+//
 // # APIs
 //
 // Each API lives in a file named after its key (00_produce.go, 01_fetch.go,

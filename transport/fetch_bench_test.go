@@ -17,9 +17,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// withFetchVerify runs the benchmark body twice, as sub-benchmarks
+// crc=on (the CRC-32C check every fetch makes before sending) and crc=off
+// (the check skipped), so that one run measures what the check costs.
+func withFetchVerify(b *testing.B, body func(b *testing.B)) {
+	for _, on := range []bool{true, false} {
+		b.Run(fmt.Sprintf("crc=%s", map[bool]string{true: "on", false: "off"}[on]), func(b *testing.B) {
+			skipFetchVerify = !on
+			defer func() { skipFetchVerify = false }()
+			body(b)
+		})
+	}
+}
+
 // BenchmarkFetchZeroCopy serves fetches of 64 KiB, 1 MiB and 4 MiB to a
 // bare client that reads each response whole, with no decoding. The record
 // bytes go by sendfile; allocs/op must not grow with the bytes served.
+// Each size runs with and without the CRC-32C check (withFetchVerify).
 func BenchmarkFetchZeroCopy(b *testing.B) {
 	br, _, addr := testServer(b, fetchOpts, Options{})
 	const topic = "bench-zero-copy"
@@ -39,54 +53,59 @@ func BenchmarkFetchZeroCopy(b *testing.B) {
 	end := p.HighWatermark()
 	for _, size := range []int{64 << 10, 1 << 20, 4 << 20} {
 		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
-			c, err := net.Dial("tcp", addr)
-			require.NoError(b, err)
-			defer c.Close()
-			req := fetchReq(0, 1, int32(size), topic, map[int32]int64{0: 0}, int32(size))
-			req.SetVersion(11)
-			frame := make([]byte, 0, 256)
-			resp := make([]byte, size+(1<<20))
-			step := end / 64
-			off := int64(0)
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				req.Topics[0].Partitions[0].FetchOffset = off
-				if off += step; off+int64(size/100) >= end {
-					off = 0
+			withFetchVerify(b, func(b *testing.B) {
+				c, err := net.Dial("tcp", addr)
+				require.NoError(b, err)
+				defer c.Close()
+				req := fetchReq(0, 1, int32(size), topic, map[int32]int64{0: 0}, int32(size))
+				req.SetVersion(11)
+				frame := make([]byte, 0, 256)
+				resp := make([]byte, size+(1<<20))
+				step := end / 64
+				off := int64(0)
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					req.Topics[0].Partitions[0].FetchOffset = off
+					if off += step; off+int64(size/100) >= end {
+						off = 0
+					}
+					frame = binary.BigEndian.AppendUint32(frame[:0], 0)
+					frame = binary.BigEndian.AppendUint16(frame, uint16(kmsg.Fetch))
+					frame = binary.BigEndian.AppendUint16(frame, 11)
+					frame = binary.BigEndian.AppendUint32(frame, uint32(i))
+					frame = binary.BigEndian.AppendUint16(frame, 0xffff)
+					frame = req.AppendTo(frame)
+					binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
+					if _, err := c.Write(frame); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := io.ReadFull(c, resp[:4]); err != nil {
+						b.Fatal(err)
+					}
+					n := int(binary.BigEndian.Uint32(resp))
+					if n > len(resp) || n < size/2 {
+						b.Fatalf("response of %d bytes", n)
+					}
+					if _, err := io.ReadFull(c, resp[:n]); err != nil {
+						b.Fatal(err)
+					}
 				}
-				frame = binary.BigEndian.AppendUint32(frame[:0], 0)
-				frame = binary.BigEndian.AppendUint16(frame, uint16(kmsg.Fetch))
-				frame = binary.BigEndian.AppendUint16(frame, 11)
-				frame = binary.BigEndian.AppendUint32(frame, uint32(i))
-				frame = binary.BigEndian.AppendUint16(frame, 0xffff)
-				frame = req.AppendTo(frame)
-				binary.BigEndian.PutUint32(frame, uint32(len(frame)-4))
-				if _, err := c.Write(frame); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := io.ReadFull(c, resp[:4]); err != nil {
-					b.Fatal(err)
-				}
-				n := int(binary.BigEndian.Uint32(resp))
-				if n > len(resp) || n < size/2 {
-					b.Fatalf("response of %d bytes", n)
-				}
-				if _, err := io.ReadFull(c, resp[:n]); err != nil {
-					b.Fatal(err)
-				}
-			}
+			})
 		})
 	}
 }
 
 // BenchmarkFetchConsumeFranzGo measures one kgo consumer reading 1,000,000
 // records of 100 bytes (produced with the library, spread over 1 or 8
-// partitions) over loopback, and reports records/s.
+// partitions) over loopback, and reports records/s, with and without the
+// CRC-32C check of what is sent.
 func BenchmarkFetchConsumeFranzGo(b *testing.B) {
 	for _, parts := range []int32{1, 8} {
-		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) { benchConsume(b, parts) })
+		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
+			withFetchVerify(b, func(b *testing.B) { benchConsume(b, parts) })
+		})
 	}
 }
 

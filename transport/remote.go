@@ -448,3 +448,131 @@ func codeError(code int16, msg *string) error {
 	}
 	return base
 }
+
+// produceVersion and fetchConsumerVersion are the versions of a node's
+// own produce and consumer fetch requests.
+const produceVersion = 9
+
+// Produce implements spool.Remote with Kafka's Produce.
+func (r *remote) Produce(ctx context.Context, broker int32, topic string, partition int32, b record.Batch, opts spool.ProduceOptions) (int64, error) {
+	addr, err := r.brokerAddr(broker)
+	if err != nil {
+		return -1, err
+	}
+	kr := kmsg.NewPtrProduceRequest()
+	kr.Version = produceVersion
+	kr.Acks = -1
+	switch opts.Acks {
+	case spool.AcksLeader:
+		kr.Acks = 1
+	case spool.AcksNone:
+		kr.Acks = 1 // a node's own writes are always answered: acks=0 would give no offset
+	}
+	timeout := opts.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	kr.TimeoutMillis = int32(timeout / time.Millisecond)
+	t := kmsg.NewProduceRequestTopic()
+	t.Topic = topic
+	p := kmsg.NewProduceRequestTopicPartition()
+	p.Partition, p.Records = partition, b.Bytes()
+	t.Partitions = append(t.Partitions, p)
+	kr.Topics = append(kr.Topics, t)
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return -1, err
+	}
+	pr := resp.(*kmsg.ProduceResponse)
+	if len(pr.Topics) != 1 || len(pr.Topics[0].Partitions) != 1 {
+		return -1, fmt.Errorf("%w: produce response with %d topics", errUnexpectedResponse, len(pr.Topics))
+	}
+	pp := pr.Topics[0].Partitions[0]
+	if pp.ErrorCode != 0 {
+		return -1, codeError(pp.ErrorCode, pp.ErrorMessage)
+	}
+	return pp.BaseOffset, nil
+}
+
+// Fetch implements spool.Remote: Kafka's Fetch as a consumer, reading
+// what is committed now (no wait); offset -1 asks ListOffsets for the high
+// watermark and log start offset instead.
+func (r *remote) Fetch(ctx context.Context, broker int32, topic string, partition int32, offset int64, maxBytes int) (spool.RemoteFetch, error) {
+	addr, err := r.brokerAddr(broker)
+	if err != nil {
+		return spool.RemoteFetch{}, err
+	}
+	if offset < 0 {
+		var out spool.RemoteFetch
+		for _, ts := range []int64{-2, -1} { // earliest, latest (the high watermark)
+			lr := kmsg.NewPtrListOffsetsRequest()
+			lr.Version = 4
+			lr.ReplicaID = -1
+			t := kmsg.NewListOffsetsRequestTopic()
+			t.Topic = topic
+			p := kmsg.NewListOffsetsRequestTopicPartition()
+			p.Partition, p.Timestamp, p.CurrentLeaderEpoch = partition, ts, -1
+			t.Partitions = append(t.Partitions, p)
+			lr.Topics = append(lr.Topics, t)
+			resp, err := r.peers.request(ctx, addr, lr)
+			if err != nil {
+				return out, err
+			}
+			lo := resp.(*kmsg.ListOffsetsResponse)
+			if len(lo.Topics) != 1 || len(lo.Topics[0].Partitions) != 1 {
+				return out, fmt.Errorf("%w: list-offsets response with %d topics", errUnexpectedResponse, len(lo.Topics))
+			}
+			lp := lo.Topics[0].Partitions[0]
+			if lp.ErrorCode != 0 {
+				return out, codeError(lp.ErrorCode, nil)
+			}
+			if ts == -2 {
+				out.LogStartOffset = lp.Offset
+			} else {
+				out.HighWatermark = lp.Offset
+			}
+		}
+		return out, nil
+	}
+	kr := kmsg.NewPtrFetchRequest()
+	kr.Version = fetchVersion
+	kr.ReplicaID = -1
+	kr.MinBytes, kr.MaxBytes, kr.SessionEpoch = 0, int32(max(maxBytes, 1)), -1
+	t := kmsg.NewFetchRequestTopic()
+	t.Topic = topic
+	p := kmsg.NewFetchRequestTopicPartition()
+	p.Partition, p.CurrentLeaderEpoch, p.FetchOffset, p.LastFetchedEpoch = partition, -1, offset, -1
+	p.LogStartOffset, p.PartitionMaxBytes = -1, int32(max(maxBytes, 1))
+	t.Partitions = append(t.Partitions, p)
+	kr.Topics = append(kr.Topics, t)
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return spool.RemoteFetch{}, err
+	}
+	fr := resp.(*kmsg.FetchResponse)
+	if fr.ErrorCode != 0 {
+		return spool.RemoteFetch{}, codeError(fr.ErrorCode, nil)
+	}
+	if len(fr.Topics) != 1 || len(fr.Topics[0].Partitions) != 1 {
+		return spool.RemoteFetch{}, fmt.Errorf("%w: fetch response with %d topics", errUnexpectedResponse, len(fr.Topics))
+	}
+	fp := &fr.Topics[0].Partitions[0]
+	if fp.ErrorCode != 0 {
+		return spool.RemoteFetch{}, codeError(fp.ErrorCode, nil)
+	}
+	// Hand on whole, verified batches only: a broker never sends a
+	// damaged one, but a network can damage one.
+	out := spool.RemoteFetch{HighWatermark: fp.HighWatermark, LogStartOffset: fp.LogStartOffset}
+	for rest := fp.RecordBatches; len(rest) > 0; {
+		b, n, err := record.ParseBatch(rest)
+		if err != nil {
+			break // a partial last batch (the size limit)
+		}
+		if err := b.Verify(); err != nil {
+			return out, fmt.Errorf("%w: batch at %d from broker %d", record.ErrCorrupt, b.BaseOffset(), broker)
+		}
+		rest = rest[n:]
+		out.Batches = fp.RecordBatches[:len(fp.RecordBatches)-len(rest)]
+	}
+	return out, nil
+}

@@ -6,24 +6,39 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spoolmq/spool"
 )
 
-// Defaults, with the Kafka settings they mirror.
+// Defaults, with the Kafka settings they mirror. Kafka leaves connections
+// and request memory unbounded by default; spool's defaults bound them so
+// that a flood of connections or of large requests cannot take a small
+// machine (2 GiB) down: at most DefaultQueuedMaxRequestBytes of requests
+// in memory, and DefaultMaxConnections connections of a few tens of KiB
+// each.
 const (
-	DefaultMaxRequestBytes = 100 << 20        // socket.request.max.bytes
-	DefaultMaxPreAuthBytes = 512 << 10        // sasl.server.max.receive.size
-	DefaultIdleTimeout     = 10 * time.Minute // connections.max.idle.ms
-	DefaultNodeID          = 1
+	DefaultMaxRequestBytes       = 100 << 20        // socket.request.max.bytes
+	DefaultMaxPreAuthBytes       = 512 << 10        // sasl.server.max.receive.size
+	DefaultIdleTimeout           = 10 * time.Minute // connections.max.idle.ms
+	DefaultMaxConnections        = 1000             // max.connections (Kafka: unbounded)
+	DefaultMaxConnectionsPerIP   = 500              // max.connections.per.ip (Kafka: unbounded)
+	DefaultQueuedMaxRequestBytes = 256 << 20        // queued.max.request.bytes (Kafka: unbounded)
+	DefaultRequestReadTimeout    = 30 * time.Second // clients' request.timeout.ms; Kafka has none
+	DefaultNodeID                = 1
 )
 
 // ErrServerClosed is returned by Serve after Shutdown.
 var ErrServerClosed = errors.New("transport: server closed")
+
+// ErrInvalidOptions is returned (wrapped) by NewServer for options that
+// contradict each other or are out of range.
+var ErrInvalidOptions = errors.New("transport: invalid options")
 
 // Options configure a Server. The zero value of every field is its default.
 type Options struct {
@@ -34,19 +49,86 @@ type Options struct {
 	// address.
 	AdvertisedHost string
 	AdvertisedPort int32
-	// MaxRequestBytes bounds a request frame (socket.request.max.bytes).
-	// Default 100 MiB.
+	// MaxRequestBytes bounds a request frame (socket.request.max.bytes):
+	// a larger size prefix closes the connection before anything is
+	// allocated for it. Default 100 MiB.
 	MaxRequestBytes int
 	// MaxPreAuthBytes bounds a frame before SASL authentication
 	// (sasl.server.max.receive.size). Default 512 KiB.
 	MaxPreAuthBytes int
-	// IdleTimeout closes connections idle this long
-	// (connections.max.idle.ms). Default 10 minutes.
+	// QueuedMaxRequestBytes bounds the bytes of requests held in memory at
+	// once, over every connection (queued.max.request.bytes): a memory
+	// pool from which each request's whole size is reserved once its size
+	// prefix is read, and given back once it has been served. A request
+	// that does not fit waits, its connection unread (the client is
+	// pushed back by TCP), until it does; smaller requests that fit pass
+	// it meanwhile. A request of 1 MiB or more reserves its size rounded
+	// up by at most an eighth, its buffer's size class, so that the
+	// buffers of requests that never arrive whole serve later ones
+	// instead of piling up as garbage. The pool must be at least
+	// MaxRequestBytes and MaxPreAuthBytes, as Kafka requires, so that
+	// every request a connection may send can be read. Default 256 MiB;
+	// negative: no bound (Kafka's -1).
+	QueuedMaxRequestBytes int64
+	// RequestReadTimeout bounds how long a request may take to arrive
+	// whole, from its size prefix to its last byte, counting any wait for
+	// QueuedMaxRequestBytes; past it the connection is closed and the
+	// request's memory given back. It stops a client that announces a
+	// large request and then trickles it (slow loris) from holding memory
+	// or a connection: Kafka's idle timeout counts any byte as activity,
+	// so it never fires for such a client. Kafka has no such setting; the
+	// default is Kafka clients' own request.timeout.ms, after which a
+	// client has given up on the request anyway. IdleTimeout, when
+	// shorter, bounds it too. Default 30 s.
+	RequestReadTimeout time.Duration
+	// IdleTimeout closes connections idle this long between requests, and
+	// bounds a response's write (connections.max.idle.ms). Default 10
+	// minutes.
 	IdleTimeout time.Duration
+	// MaxConnections bounds the connections open at once, over every
+	// listener (max.connections). At the limit the server stops accepting,
+	// as Kafka's acceptor blocks: a new connection waits in the kernel's
+	// listen backlog and is served once another closes. Default 1000;
+	// negative: no bound.
+	MaxConnections int
+	// MaxConnectionsPerIP bounds the connections open at once from one
+	// client IP address (max.connections.per.ip). A connection beyond it
+	// is closed as soon as it is accepted, as Kafka drops it, so one host
+	// cannot take every MaxConnections slot. Default 500; negative: no
+	// bound.
+	MaxConnectionsPerIP int
 	// SASL, when set, requires clients to authenticate.
 	SASL *SASL
 	// Logger receives the server's messages; silent by default.
 	Logger *slog.Logger
+}
+
+// requestTimeout is how long a request may take to arrive once its size
+// prefix is read: RequestReadTimeout, or IdleTimeout if shorter.
+func (o *Options) requestTimeout() time.Duration {
+	return min(o.RequestReadTimeout, o.IdleTimeout)
+}
+
+// ServerStats are a server's gauges and counters, for operators and
+// metrics adapters.
+type ServerStats struct {
+	// Connections is the number of connections open now.
+	Connections int
+	// RefusedConnections counts connections closed as soon as they were
+	// accepted because their IP address had MaxConnectionsPerIP open.
+	RefusedConnections int64
+	// RequestBytesInFlight is the request memory reserved now
+	// (QueuedMaxRequestBytes' pool): requests arriving or being served.
+	RequestBytesInFlight int64
+	// PeakRequestBytesInFlight is the most RequestBytesInFlight has been
+	// since the server started.
+	PeakRequestBytesInFlight int64
+	// RequestsWaitingForMemory is the number of requests whose size
+	// prefix was read and that wait for room in the pool.
+	RequestsWaitingForMemory int
+	// RequestReadTimeouts counts connections closed because a request did
+	// not arrive whole within RequestReadTimeout.
+	RequestReadTimeouts int64
 }
 
 // SASL holds the users a server accepts (sasl.enabled.mechanisms and the
@@ -70,9 +152,20 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	addr      net.Addr // the first listener's address, for advertising
+	perIP     map[netip.Addr]int // open connections by client address
+	addr      net.Addr           // the first listener's address, for advertising
 	closing   atomic.Bool
+	done      chan struct{} // closed by Shutdown, with closing set
 	connWG    sync.WaitGroup
+
+	// slots holds a token for each open connection; an acceptor takes one
+	// before it accepts, so at MaxConnections it waits. nil: no bound.
+	slots  chan struct{}
+	memory *requestMemory
+
+	refused      atomic.Int64
+	readTimeouts atomic.Int64
+
 }
 
 // NewServer returns a Server for the broker. It reads (or creates) the
@@ -90,15 +183,36 @@ func NewServer(b *spool.Broker, opts Options) (*Server, error) {
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
 	}
+	if opts.RequestReadTimeout <= 0 {
+		opts.RequestReadTimeout = DefaultRequestReadTimeout
+	}
+	if opts.QueuedMaxRequestBytes == 0 {
+		opts.QueuedMaxRequestBytes = DefaultQueuedMaxRequestBytes
+	}
+	if opts.MaxConnections == 0 {
+		opts.MaxConnections = DefaultMaxConnections
+	}
+	if opts.MaxConnectionsPerIP == 0 {
+		opts.MaxConnectionsPerIP = DefaultMaxConnectionsPerIP
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.NodeID < 0 || opts.AdvertisedPort < 0 {
-		return nil, fmt.Errorf("transport: NodeID %d, AdvertisedPort %d", opts.NodeID, opts.AdvertisedPort)
+		return nil, fmt.Errorf("%w: NodeID %d, AdvertisedPort %d", ErrInvalidOptions, opts.NodeID, opts.AdvertisedPort)
+	}
+	if q := opts.QueuedMaxRequestBytes; q > 0 && (q < int64(opts.MaxRequestBytes) || q < int64(opts.MaxPreAuthBytes)) {
+		return nil, fmt.Errorf("%w: QueuedMaxRequestBytes (queued.max.request.bytes) %d is below MaxRequestBytes %d or MaxPreAuthBytes %d: a request of that size could never be read",
+			ErrInvalidOptions, q, opts.MaxRequestBytes, opts.MaxPreAuthBytes)
 	}
 	s := &Server{
 		b: b, opts: opts, logger: opts.Logger,
-		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{},
+		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, perIP: map[netip.Addr]int{},
+		done:   make(chan struct{}),
+		memory: newRequestMemory(opts.QueuedMaxRequestBytes),
+	}
+	if opts.MaxConnections > 0 {
+		s.slots = make(chan struct{}, opts.MaxConnections)
 	}
 	var err error
 	if _, err = b.ClusterID(); err != nil { // a standalone broker's meta.properties, written now if new
@@ -125,12 +239,32 @@ func (s *Server) ListenAndServe(addr string) error {
 	return s.Serve(l)
 }
 
+// Stats returns the server's gauges and counters.
+func (s *Server) Stats() ServerStats {
+	used, peak, waiting := s.memory.stats()
+	s.mu.Lock()
+	n := len(s.conns)
+	s.mu.Unlock()
+	return ServerStats{
+		Connections:              n,
+		RefusedConnections:       s.refused.Load(),
+		RequestBytesInFlight:     used,
+		PeakRequestBytesInFlight: peak,
+		RequestsWaitingForMemory: waiting,
+		RequestReadTimeouts:      s.readTimeouts.Load(),
+	}
+}
+
 // Serve accepts connections on l until Shutdown; it returns
-// ErrServerClosed then.
+// ErrServerClosed then. With MaxConnections open it stops accepting until
+// one closes; a connection from an address that has MaxConnectionsPerIP
+// open is closed at once. Running out of file descriptors or kernel
+// memory does not stop it: it waits and accepts again.
 func (s *Server) Serve(l net.Listener) error { return s.serve(l, false) }
 
 // serve accepts connections on l: Kafka clients', or with controller those
-// of a cluster node's controller listener.
+// of a cluster node's controller listener, which come from the cluster's
+// own nodes and count against neither connection limit.
 func (s *Server) serve(l net.Listener, controller bool) error {
 	s.mu.Lock()
 	if s.closing.Load() {
@@ -150,15 +284,26 @@ func (s *Server) serve(l net.Listener, controller bool) error {
 	}()
 	var delay time.Duration
 	for {
+		if !controller && !s.takeSlot() {
+			return ErrServerClosed
+		}
 		nc, err := l.Accept()
 		if err != nil {
+			if !controller {
+				s.giveSlot()
+			}
 			if s.closing.Load() {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if acceptRetryable(err) {
+				if delay == 0 {
+					s.logger.Warn("accept failed; retrying", "err", err)
+				}
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
+				select {
+				case <-time.After(delay):
+				case <-s.done:
+				}
 				continue
 			}
 			return err
@@ -183,18 +328,41 @@ func (s *Server) serve(l net.Listener, controller bool) error {
 }
 
 // start serves a Kafka connection on its own goroutine; false if the
-// server is shutting down (the connection is closed).
+// server is shutting down (the connection is closed). A client connection
+// holds the slot its acceptor took and counts against its address's
+// limit; a controller-listener connection does neither.
 func (s *Server) start(nc net.Conn, controller bool) bool {
 	c := newConn(s, nc)
 	if controller {
 		c.controller = true
 		c.ctx = spool.ControllerOnly(c.ctx)
 	}
+	limited := !controller
+	release := func() {
+		if limited {
+			s.giveSlot()
+		}
+	}
+	ip, hasIP := remoteIP(nc)
+	hasIP = hasIP && limited
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
 		nc.Close()
+		release()
 		return false
+	}
+	if hasIP && s.opts.MaxConnectionsPerIP > 0 && s.perIP[ip] >= s.opts.MaxConnectionsPerIP {
+		s.mu.Unlock()
+		nc.Close()
+		release()
+		s.refused.Add(1)
+		s.logger.Debug("refused connection: address has max.connections.per.ip open",
+			"remote", c.remote, "limit", s.opts.MaxConnectionsPerIP)
+		return true
+	}
+	if hasIP {
+		s.perIP[ip]++
 	}
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
@@ -204,17 +372,72 @@ func (s *Server) start(nc net.Conn, controller bool) bool {
 		c.serve()
 		s.mu.Lock()
 		delete(s.conns, c)
+		if hasIP {
+			if s.perIP[ip]--; s.perIP[ip] <= 0 {
+				delete(s.perIP, ip)
+			}
+		}
 		s.mu.Unlock()
+		release()
 	}()
 	return true
+}
+
+// takeSlot waits for a connection slot (MaxConnections); false once the
+// server is shutting down.
+func (s *Server) takeSlot() bool {
+	if s.slots == nil {
+		return !s.closing.Load()
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	case <-s.done:
+		return false
+	}
+}
+
+// giveSlot gives back a slot taken by takeSlot.
+func (s *Server) giveSlot() {
+	if s.slots != nil {
+		<-s.slots
+	}
+}
+
+// remoteIP is the client's IP address, for MaxConnectionsPerIP; false for
+// a connection that has none (not TCP).
+func remoteIP(nc net.Conn) (netip.Addr, bool) {
+	ta, ok := nc.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	ip, ok := netip.AddrFromSlice(ta.IP)
+	return ip.Unmap(), ok
+}
+
+// acceptRetryable reports an Accept error that says "not now" rather than
+// "this listener is broken": a timeout, too many open files (per process
+// or system-wide), no kernel memory or buffers, or a connection aborted
+// before it was accepted. The server waits and accepts again, as net/http
+// does, instead of stopping.
+func acceptRetryable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM) ||
+		errors.Is(err, syscall.ECONNABORTED)
 }
 
 // Shutdown stops accepting connections, lets every connection finish the
 // request it is serving, closes them, and waits until they are done or ctx
 // ends (then it closes them at once).
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.closing.Store(true)
 	s.mu.Lock()
+	if !s.closing.Swap(true) {
+		close(s.done)
+	}
 	for l := range s.listeners {
 		l.Close()
 	}

@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/controller"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
 )
@@ -39,9 +42,30 @@ func addBrokerFlags(fs *flag.FlagSet) *brokerFlags {
 	return bf
 }
 
+// errClusterNodeDir: a cluster node's data directory, which only the node
+// itself opens (its topics live in the cluster's metadata log).
+var errClusterNodeDir = errors.New("belongs to a cluster node")
+
+// checkNotClusterNode refuses the data directory of a cluster node (spool
+// serve --controller-quorum-voters), which holds the metadata log and no
+// topic registry: opened as a standalone broker it would look damaged, and
+// a tool that "repaired" it would lose the cluster's metadata.
+func checkNotClusterNode(dir string) error {
+	if _, err := os.Stat(controller.MetadataDir(dir)); err == nil {
+		return fmt.Errorf("%s %w (it holds the cluster's metadata log, %s): start the node with spool serve and its "+
+			"--node-id and --controller-quorum-voters, and reach the cluster over the Kafka protocol "+
+			"(spool topics --bootstrap-server, or any Kafka client)", dir, errClusterNodeDir, filepath.Base(controller.MetadataDir(dir)))
+	}
+	return nil
+}
+
 // open opens the broker, printing why it could not on stderr. name is the
 // command, for messages ("spool produce").
 func (bf *brokerFlags) open(name string, stderr io.Writer) (*spool.Broker, bool) {
+	if err := checkNotClusterNode(bf.data); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return nil, false
+	}
 	b, err := spool.Open(bf.data, spool.Options{Flush: bf.flush})
 	if errors.Is(err, spool.ErrLocked) {
 		fmt.Fprintf(stderr, "%s: data directory %s is in use by another process (%v)\n", name, bf.data, err)

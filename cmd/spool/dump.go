@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/spoolmq/spool/log"
@@ -39,10 +40,12 @@ func runDump(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 	records := fs.Bool("records", false, "also print every record of every batch (offset, timestamp, key, value, headers)")
 	verify := fs.Bool("verify-index", false, "print only the index entries that disagree with the .log; given a .log, check its .index and .timeindex too")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: spool dump [--records] [--verify-index] FILE...\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: spool dump [--records] [--verify-index] FILE|DIR...\n\n")
 		fmt.Fprintf(fs.Output(), "Prints segment files like Kafka's DumpLogSegments: a .log's batches (one line each),\n")
 		fmt.Fprintf(fs.Output(), "a .index's or .timeindex's entries checked against the segment's .log, or a\n")
-		fmt.Fprintf(fs.Output(), "checkpoint file. Exits 1 if a file holds a problem, 2 on usage errors.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "checkpoint file; a log's directory (a partition's, or __cluster_metadata-0) stands\n")
+		fmt.Fprintf(fs.Output(), "for its checkpoint and its .log files in offset order.\n")
+		fmt.Fprintf(fs.Output(), "Exits 1 if a file holds a problem, 2 on usage errors.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -57,7 +60,11 @@ func runDump(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 		return exitUsage
 	}
 	d := &dumper{out: stdout, records: *records, verifyIndex: *verify}
-	for i, path := range fs.Args() {
+	var paths []string
+	for _, path := range fs.Args() {
+		paths = append(paths, d.expandDir(path)...)
+	}
+	for i, path := range paths {
 		if i > 0 {
 			fmt.Fprintln(stdout)
 		}
@@ -67,6 +74,39 @@ func runDump(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 		return exitProblem
 	}
 	return exitOK
+}
+
+// expandDir returns path itself, or if it is a directory, its checkpoint
+// (if any) and its segments' .log files in offset order. A directory with
+// neither is a problem.
+func (d *dumper) expandDir(path string) []string {
+	st, err := os.Stat(path)
+	if err != nil || !st.IsDir() {
+		return []string{path} // dumpFile reports what is wrong
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		d.problem("%v", err)
+		return nil
+	}
+	var out []string
+	if _, err := os.Stat(filepath.Join(path, log.CheckpointFile)); err == nil {
+		out = append(out, filepath.Join(path, log.CheckpointFile))
+	}
+	var bases []int64
+	for _, e := range entries {
+		if base, suffix, ok := segmentFile(e.Name()); ok && suffix == segment.LogSuffix {
+			bases = append(bases, base)
+		}
+	}
+	slices.Sort(bases)
+	for _, b := range bases {
+		out = append(out, filepath.Join(path, segment.FileName(b, segment.LogSuffix)))
+	}
+	if len(out) == 0 {
+		d.problem("%s: a directory with no %s and no segment files", path, log.CheckpointFile)
+	}
+	return out
 }
 
 // problem prints a problem and counts it.

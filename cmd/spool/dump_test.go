@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 
+	"github.com/spoolmq/spool/controller"
 	spoollog "github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/segment"
@@ -313,4 +315,47 @@ func TestDumpVerifyIndexOfLogWithoutIndexes(t *testing.T) {
 	code, out, _ = runTool(t, "dump", sibling(logs[0], segment.IndexSuffix))
 	require.Equal(t, exitProblem, code, out)
 	require.Contains(t, out, "no such file")
+}
+
+// A log's directory dumps as its checkpoint and its segments in offset
+// order: here the Raft log of the cluster metadata, whose log start offset
+// and first segment are not 0 (its head was deleted after a snapshot, then
+// it was emptied and restarted past another). A directory with no log in it
+// is a problem.
+func TestDumpDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "__cluster_metadata-0")
+	s, err := controller.OpenLogStore(dir, controller.LogStoreOptions{SegmentBytes: 2048})
+	require.NoError(t, err)
+	entries := func(from, to, term uint64) []*raft.Log {
+		var out []*raft.Log
+		for i := from; i <= to; i++ {
+			out = append(out, &raft.Log{Index: i, Term: term, Data: []byte(fmt.Sprintf("command %d", i)), AppendedAt: testEpoch})
+		}
+		return out
+	}
+	require.NoError(t, s.StoreLogs(entries(1, 40, 1)))
+	require.NoError(t, s.DeleteRange(1, 40))
+	require.NoError(t, s.StoreLogs(entries(500, 520, 2)))
+	require.NoError(t, s.StoreLogs(entries(521, 600, 3)))
+	require.NoError(t, s.DeleteRange(500, 505))
+	require.NoError(t, s.Close())
+	logs := segmentLogs(t, dir)
+	require.Greater(t, len(logs), 1)
+
+	code, out, stderr := runTool(t, "dump", "--records", dir)
+	require.Equal(t, exitOK, code, out+stderr)
+	require.NotContains(t, out, "PROBLEM")
+	require.Equal(t, 1+len(logs), linesWithPrefix(out, "Dumping "), out)
+	require.True(t, strings.HasPrefix(out, "Dumping "+filepath.Join(dir, spoollog.CheckpointFile)), out)
+	require.Contains(t, out, "logStartOffset: 505")
+	require.Contains(t, out, "position: 0 baseOffset: 499 lastOffset: 519 count: 21 ")
+	require.Contains(t, out, "partitionLeaderEpoch: 2\n")
+	require.Contains(t, out, "partitionLeaderEpoch: 3\n")
+	require.Contains(t, out, `| offset: 599 timestamp: `+fmt.Sprint(testEpoch.UnixMilli())+` key: "\x00" valueSize: 11 value: "command 600" headers: 0`)
+	require.Less(t, strings.Index(out, logs[0]), strings.Index(out, logs[1]), "segments in offset order")
+
+	code, out, _ = runTool(t, "dump", t.TempDir())
+	require.Equal(t, exitProblem, code)
+	require.Contains(t, out, "PROBLEM: ")
+	require.Contains(t, out, "a directory with no checkpoint and no segment files")
 }

@@ -3,13 +3,18 @@
 // benchmark records, and it inspects segment files. Its subcommands are
 // modelled on Kafka's tools:
 //
-//	spool topics create|list|describe|delete [--data DIR] [--topic T] ...
+//	spool topics create|list|describe|delete [--data DIR | --bootstrap-server H:P[,H:P...]] [--topic T] ...
 //	    Manage topics, like kafka-topics: create one with its partition
 //	    count and settings (--partitions, --retention-ms,
 //	    --retention-bytes, --segment-bytes, --max-message-bytes,
-//	    --compression), list them, describe them (ID, settings, and per
-//	    partition the start and end offsets, high watermark, leader epoch,
-//	    size and segment count), or delete one.
+//	    --compression), list them, describe them (ID, replication factor,
+//	    settings, and per partition the leader, leader epoch, replicas,
+//	    ISR, offline replicas, start and end offsets and high watermark,
+//	    and on a data directory size and segment count), or delete one.
+//	    With --bootstrap-server they work on a running broker or cluster
+//	    over the Kafka protocol instead of a data directory, and create
+//	    takes --replication-factor and any Kafka topic setting as
+//	    --config name=value.
 //
 //	spool groups list|describe|delete|reset-offsets [--data DIR] [--group G] ...
 //	    Manage consumer groups, like kafka-consumer-groups: list them with
@@ -77,7 +82,9 @@
 // The broker commands (topics, groups, produce, consume, perf, serve) open
 // the data directory named by --data (default ./spool-data) with
 // spool.Open, which locks it: while one of them runs, another fails with a
-// message saying the directory is in use. Their --flush flag (sync, none
+// message saying the directory is in use. A cluster node's data directory
+// (it holds the metadata log, __cluster_metadata-0) is refused: only the
+// node opens it; reach the cluster with topics --bootstrap-server. Their --flush flag (sync, none
 // or interval:D; default sync) is the broker's flush policy. They exit 1
 // when the broker reports an error (an invalid topic name, a topic that
 // exists or does not, a group that does not exist or has members, a record

@@ -41,6 +41,18 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	listen := fs.String("listen", "localhost:9092", "the `host:port` to accept Kafka clients on (listeners); port 0 picks a free one")
 	advertised := fs.String("advertised-addr", "", "the `host:port` clients are told to connect to (advertised.listeners) (default: the listener's address)")
 	nodeID := fs.Int("node-id", transport.DefaultNodeID, "the broker's `id` in metadata (node.id)")
+	maxConns := fs.Int("max-connections", transport.DefaultMaxConnections,
+		"allow at most `n` connections open at once (max.connections); beyond, new ones wait in the listen backlog until one closes; -1: no limit")
+	maxConnsPerIP := fs.Int("max-connections-per-ip", transport.DefaultMaxConnectionsPerIP,
+		"allow at most `n` connections open at once from one IP address (max.connections.per.ip); more are closed as soon as accepted; -1: no limit")
+	maxRequest := fs.Int("socket-request-max-bytes", transport.DefaultMaxRequestBytes,
+		"the largest request, in `bytes` (socket.request.max.bytes); a larger one closes its connection")
+	queuedMax := fs.Int64("queued-max-request-bytes", transport.DefaultQueuedMaxRequestBytes,
+		"the most `bytes` of requests held in memory at once, arriving or being served (queued.max.request.bytes); a request that does not fit is not read until it does; at least --socket-request-max-bytes; -1: no limit")
+	idle := fs.Duration("connections-max-idle", transport.DefaultIdleTimeout,
+		"close a connection idle for this `duration` between requests (connections.max.idle.ms)")
+	readTimeout := fs.Duration("request-read-timeout", transport.DefaultRequestReadTimeout,
+		"close a connection whose request has not arrived whole within this `duration` of its size prefix, waiting for memory included (stops clients trickling large requests)")
 	var sasl transport.SASL
 	fs.Func("sasl-plain", "require SASL and accept these `user:pass,...` with the PLAIN mechanism", usersFlag(&sasl.Plain))
 	fs.Func("sasl-scram-sha-256", "require SASL and accept these `user:pass,...` with SCRAM-SHA-256", usersFlag(&sasl.SCRAMSHA256))
@@ -61,7 +73,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		fmt.Fprintf(fs.Output(), "(kcat, franz-go, sarama, kafka-go, kafkajs, the Java client) produce, consume, run\n")
 		fmt.Fprintf(fs.Output(), "consumer groups and administer topics, until SIGINT or SIGTERM. Logs to stderr,\n")
 		fmt.Fprintf(fs.Output(), "with a line \"spool: serving on HOST:PORT\" once listening. With any --sasl-* flag\n")
-		fmt.Fprintf(fs.Output(), "clients must authenticate (passwords may not contain commas).\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "clients must authenticate (passwords may not contain commas). The connection and\n")
+		fmt.Fprintf(fs.Output(), "memory limits are Kafka's settings, with defaults that fit a 2 GiB machine.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if code, ok := parseArgs(fs, args); !ok {
@@ -85,6 +98,26 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if sasl.Plain != nil || sasl.SCRAMSHA256 != nil || sasl.SCRAMSHA512 != nil {
 		opts.SASL = &sasl
 	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"--max-connections", int64(*maxConns)}, {"--max-connections-per-ip", int64(*maxConnsPerIP)}, {"--queued-max-request-bytes", *queuedMax}} {
+		if f.v == 0 || f.v < -1 {
+			return usageError(fs, "%s must be positive, or -1 for no limit, not %d", f.name, f.v)
+		}
+	}
+	if *maxRequest < 8 {
+		return usageError(fs, "--socket-request-max-bytes must be at least 8 (a request header), not %d", *maxRequest)
+	}
+	if *queuedMax > 0 && *queuedMax < int64(*maxRequest) {
+		return usageError(fs, "--queued-max-request-bytes %d is below --socket-request-max-bytes %d: a request of that size could never be read", *queuedMax, *maxRequest)
+	}
+	if *idle <= 0 || *readTimeout <= 0 {
+		return usageError(fs, "--connections-max-idle and --request-read-timeout must be positive")
+	}
+	opts.MaxConnections, opts.MaxConnectionsPerIP = *maxConns, *maxConnsPerIP
+	opts.MaxRequestBytes, opts.QueuedMaxRequestBytes = *maxRequest, *queuedMax
+	opts.IdleTimeout, opts.RequestReadTimeout = *idle, *readTimeout
 
 	if *rf < 0 || *minISR < 0 || *sessionTimeout < 0 {
 		return usageError(fs, "--default-replication-factor, --min-insync-replicas and --session-timeout must not be negative")
@@ -116,7 +149,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 {
 		return usageError(fs, "--controller-listen, --cluster-id and --session-timeout need --controller-quorum-voters")
 	}
-	bopts.Logger = logger
+	if err := checkNotClusterNode(bf.data); err != nil {
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		return exitProblem
+	}
+	bopts.Logger, bopts.NodeID = logger, opts.NodeID
 	b, err := spool.Open(bf.data, bopts)
 	if errors.Is(err, spool.ErrLocked) {
 		fmt.Fprintf(stderr, "spool serve: data directory %s is in use by another process (%v)\n", bf.data, err)
@@ -150,7 +187,9 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, addr st
 		return exitProblem
 	}
 	logger.Info("listening", "addr", l.Addr().String(), "data", b.Dir(), "node_id", opts.NodeID,
-		"cluster_id", srv.ClusterID(), "sasl", opts.SASL != nil)
+		"cluster_id", srv.ClusterID(), "sasl", opts.SASL != nil,
+		"max_connections", opts.MaxConnections, "max_connections_per_ip", opts.MaxConnectionsPerIP,
+		"queued_max_request_bytes", opts.QueuedMaxRequestBytes)
 	fmt.Fprintf(stderr, "spool: serving on %s\n", l.Addr())
 
 	served := make(chan error, 1)

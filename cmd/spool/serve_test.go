@@ -3,9 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -204,6 +207,13 @@ func TestServeErrors(t *testing.T) {
 		{"--listen", "localhost:99999"},
 		{"--node-id", "-1"},
 		{"--log-level", "loud"},
+		{"--max-connections", "0"},
+		{"--max-connections-per-ip", "-2"},
+		{"--queued-max-request-bytes", "0"},
+		{"--socket-request-max-bytes", "4"},
+		{"--socket-request-max-bytes", "2000000", "--queued-max-request-bytes", "1999999"},
+		{"--connections-max-idle", "0s"},
+		{"--request-read-timeout", "-1s"},
 		{"extra"},
 	} {
 		code, _, stderr := runTool(t, append([]string{"serve", "--data", t.TempDir()}, args...)...)
@@ -213,7 +223,9 @@ func TestServeErrors(t *testing.T) {
 
 	code, stdout, _ := runTool(t, "help", "serve")
 	require.Equal(t, exitOK, code)
-	for _, flag := range []string{"--listen", "--advertised-addr", "--sasl-scram-sha-512", "--log-level", "--flush"} {
+	for _, flag := range []string{"--listen", "--advertised-addr", "--sasl-scram-sha-512", "--log-level", "--flush",
+		"--max-connections", "--max-connections-per-ip", "--socket-request-max-bytes", "--queued-max-request-bytes",
+		"--connections-max-idle", "--request-read-timeout"} {
 		require.Contains(t, stdout, flag)
 	}
 
@@ -228,5 +240,82 @@ func TestServeErrors(t *testing.T) {
 	code, _, stderr = runTool(t, "serve", "--data", t.TempDir(), "--listen", s.addr)
 	require.Equal(t, exitProblem, code)
 	require.Contains(t, stderr, "address already in use")
+	require.Equal(t, 0, s.stop(t, syscall.SIGTERM))
+}
+
+// TestServeLimits: the connection and request-memory flags reach the
+// server. Two connections from 127.0.0.1 are served and a third is closed
+// at once (--max-connections-per-ip); a request over
+// --socket-request-max-bytes closes its connection; one that trickles is
+// closed after --request-read-timeout; one that does not fit in
+// --queued-max-request-bytes beside another waits unanswered until it
+// does.
+func TestServeLimits(t *testing.T) {
+	s := startServe(t, "--data", t.TempDir(), "--max-connections-per-ip", "3",
+		"--socket-request-max-bytes", "1048576", "--queued-max-request-bytes", "1572864",
+		"--request-read-timeout", "2s", "--connections-max-idle", "1m")
+	require.Contains(t, s.log(), "max_connections_per_ip=3 queued_max_request_bytes=1572864")
+	dial := func() net.Conn {
+		c, err := net.DialTimeout("tcp", s.addr, 5*time.Second)
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// apiVersions is an ApiVersions v0 request padded to size bytes after
+	// its size prefix.
+	apiVersions := func(size int) []byte {
+		f := binary.BigEndian.AppendUint32(nil, uint32(size))
+		f = append(f, 0, 18, 0, 0, 0, 0, 0, 7, 0xff, 0xff)
+		return append(f, make([]byte, size-10)...)
+	}
+	answered := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		var sz [4]byte
+		if _, err := io.ReadFull(c, sz[:]); err != nil {
+			return false
+		}
+		_, err := io.ReadFull(c, make([]byte, binary.BigEndian.Uint32(sz[:])))
+		return err == nil
+	}
+	closed := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		n, err := c.Read(make([]byte, 1))
+		return n == 0 && err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	}
+
+	// A 1 MiB request, all but its last byte: it holds 1 MiB of the
+	// 1.5 MiB pool.
+	holder := dial()
+	frame := apiVersions(1 << 20)
+	_, err := holder.Write(frame[:len(frame)-1])
+	require.NoError(t, err)
+	// A second 1 MiB request waits for room.
+	waiter := dial()
+	_, err = waiter.Write(apiVersions(1 << 20))
+	require.NoError(t, err)
+	waiter.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	_, err = waiter.Read(make([]byte, 1))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "answered without room in the pool")
+	// The holder completes: both are answered.
+	_, err = holder.Write(frame[len(frame)-1:])
+	require.NoError(t, err)
+	require.True(t, answered(holder))
+	require.True(t, answered(waiter))
+
+	// A third connection from 127.0.0.1 is refused; the holder and waiter
+	// and it make three, and a fourth is closed at once.
+	third := dial()
+	_, err = third.Write(apiVersions(64))
+	require.NoError(t, err)
+	require.True(t, answered(third))
+	require.True(t, closed(dial()), "a fourth connection from one address was served")
+
+	// Over --socket-request-max-bytes: closed.
+	third.Write(binary.BigEndian.AppendUint32(nil, 1<<20+1))
+	require.True(t, closed(third))
+	// A trickle is closed after --request-read-timeout.
+	_, err = waiter.Write(frame[:100])
+	require.NoError(t, err)
+	require.True(t, closed(waiter), "a trickling request was not closed")
 	require.Equal(t, 0, s.stop(t, syscall.SIGTERM))
 }

@@ -98,7 +98,7 @@ func New(opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{opts: opts, base: replica.NewLocalNetwork(), brokers: map[int32]*broker{}}
 	c.ctrl = replica.NewLocalController(replica.ControllerConfig{SessionTimeout: opts.SessionTimeout, PreferredElectionInterval: -1, Logger: opts.Logger})
-	c.net = &faultNetwork{base: c.base, gates: c.gate, cut: map[edge]bool{}, delay: map[edge]time.Duration{}}
+	c.net = &faultNetwork{base: c.base, gates: c.gate, cut: map[edge]bool{}, delay: map[edge]time.Duration{}, damage: map[edge]int{}}
 	for id := int32(1); id <= int32(opts.Brokers); id++ {
 		if err := c.start(id); err != nil {
 			c.Close()
@@ -411,11 +411,30 @@ func (c *Cluster) Delay(from, to int32, d time.Duration) {
 	c.net.delay[edge{from, to}] = d
 }
 
-// Heal removes every cut and delay and resumes every paused broker.
+// DamageFetches damages the next n fetch responses with records that
+// broker from sends broker to (a leader's answers to its follower), as a
+// faulty network card or memory would: a bit of the last batch flips on
+// the way. Heal cancels the damage not yet done.
+func (c *Cluster) DamageFetches(from, to int32, n int) {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	c.net.damage[edge{from, to}] += n
+}
+
+// Damaged is how many fetch responses DamageFetches has damaged so far.
+func (c *Cluster) Damaged() int {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	return c.net.damaged
+}
+
+// Heal removes every cut, delay and pending damage and resumes every
+// paused broker.
 func (c *Cluster) Heal() {
 	c.net.mu.Lock()
 	c.net.cut = map[edge]bool{}
 	c.net.delay = map[edge]time.Duration{}
+	c.net.damage = map[edge]int{}
 	c.net.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()

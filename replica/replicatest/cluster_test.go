@@ -86,3 +86,28 @@ func TestReplicateAndFailOver(t *testing.T) {
 	part, _ := c.Partition(old, "t", 0)
 	require.Equal(t, int64(62), part.EndOffset())
 }
+
+// A node stopping while it removes the replicas of a deleted topic (a
+// networked broker's metadata loop applies the deletion as Broker.Close
+// halts the node): the two must not touch the node's replica map at once.
+// Run with -race, which saw Halt range over the map while Remove deleted
+// from it.
+func TestHaltWhileRemoving(t *testing.T) {
+	c, err := New(Options{Dir: t.TempDir(), Brokers: 1})
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const partitions = 64
+	require.NoError(t, c.CreateTopic(ctx, replica.TopicSpec{Name: "t", Partitions: partitions, ReplicationFactor: 1}))
+	node := c.Node(1)
+	removed := make(chan struct{})
+	go func() {
+		defer close(removed)
+		for p := int32(partitions - 1); p >= 0; p-- {
+			node.Remove("t", p)
+		}
+	}()
+	node.Halt()
+	<-removed
+}

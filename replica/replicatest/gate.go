@@ -111,6 +111,17 @@ func (c gatedController) AlterPartition(ctx context.Context, req replica.AlterPa
 	return st, err
 }
 
+func (c gatedController) Resign(ctx context.Context, req replica.ResignRequest) (replica.PartitionState, error) {
+	if err := c.g.pass(ctx); err != nil {
+		return replica.PartitionState{}, err
+	}
+	st, err := c.Controller.Resign(ctx, req)
+	if perr := c.g.pass(ctx); perr != nil {
+		return replica.PartitionState{}, perr
+	}
+	return st, err
+}
+
 type gatedMember struct {
 	m replica.Member
 	g *gate

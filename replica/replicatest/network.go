@@ -17,9 +17,11 @@ type faultNetwork struct {
 	base  *replica.LocalNetwork
 	gates func(id int32) *gate
 
-	mu    sync.Mutex
-	cut   map[edge]bool
-	delay map[edge]time.Duration
+	mu      sync.Mutex
+	cut     map[edge]bool
+	delay   map[edge]time.Duration
+	damage  map[edge]int // fetch responses with records still to damage
+	damaged int          // fetch responses damaged so far
 }
 
 func (f *faultNetwork) Link(from, to int32) replica.Link { return &faultLink{f: f, from: from, to: to} }
@@ -61,7 +63,27 @@ func (l *faultLink) Fetch(ctx context.Context, req *replica.FetchRequest) (*repl
 	if serr := l.f.send(ctx, l.to, l.from); serr != nil {
 		return nil, serr // the response is lost on the way back
 	}
+	if err == nil && len(resp.Records) > 0 {
+		resp = l.f.maybeDamage(edge{l.to, l.from}, resp)
+	}
 	return resp, err
+}
+
+// maybeDamage flips a bit in the last byte of a fetch response's records -
+// inside its last batch, so that the batches before it are sound - if
+// damage on this edge is pending.
+func (f *faultNetwork) maybeDamage(e edge, resp *replica.FetchResponse) *replica.FetchResponse {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.damage[e] <= 0 {
+		return resp
+	}
+	f.damage[e]--
+	f.damaged++
+	out := *resp
+	out.Records = append([]byte(nil), resp.Records...)
+	out.Records[len(out.Records)-1] ^= 0x01
+	return &out
 }
 
 func (l *faultLink) EndOffsetForEpoch(ctx context.Context, req *replica.EpochRequest) (replica.EpochEnd, error) {
