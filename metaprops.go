@@ -74,15 +74,16 @@ func writeMetaProperties(dir string, mp metaProperties) error {
 }
 
 // clusterNodeDirError is a standalone broker's refusal of a cluster node's
-// data directory: one with the metadata log or the quorum's term and vote
-// (package controller) and no topic registry. The standalone path would
+// data directory: one with the metadata log (and the quorum's term and
+// vote beside it) or its snapshots (package controller), and no topic
+// registry. The standalone path would
 // take the metadata log for a topic's partition, and a registry written
 // there would make the directory unusable as the node's; so Open (and
 // RebuildRegistry) refuse it and say how to serve it instead. nil for any
 // other directory.
 func clusterNodeDirError(dir string) error {
 	found := ""
-	for _, p := range []string{controller.MetadataDir(dir), controller.SnapshotsDir(dir), filepath.Join(dir, controller.StableStoreFile)} {
+	for _, p := range []string{controller.MetadataDir(dir), controller.SnapshotsDir(dir)} {
 		if _, err := os.Stat(p); err == nil {
 			found = filepath.Base(p)
 			break

@@ -11,7 +11,8 @@ import (
 )
 
 // TestStandaloneOpenRefusesClusterNodeDir: a cluster node's data directory
-// - the metadata log or the quorum's term and vote, no topics.json - is
+// - the metadata log (with the quorum's term and vote) or its snapshots,
+// no topics.json - is
 // refused by a standalone Open and by RebuildRegistry with
 // ErrInvalidConfig naming the node and how to serve it, and neither writes
 // anything: a topics.json there would make the directory unusable as the
@@ -28,12 +29,13 @@ func TestStandaloneOpenRefusesClusterNodeDir(t *testing.T) {
 			require.NoError(t, writeMetaProperties(dir, metaProperties{clusterID: "c1uster1dAAAAAAAAAAAAA", nodeID: 3}))
 		}, "is the data directory of node 3 of cluster c1uster1dAAAAAAAAAAAAA (it holds __cluster_metadata-0"},
 		{"only the quorum's term and vote", func(dir string) {
-			require.NoError(t, os.WriteFile(filepath.Join(dir, controller.StableStoreFile), []byte("state"), 0o644))
-		}, "is the data directory of a cluster node (it holds quorum-state"},
+			require.NoError(t, os.MkdirAll(controller.MetadataDir(dir), 0o755))
+			require.NoError(t, os.WriteFile(filepath.Join(controller.MetadataDir(dir), controller.QuorumStateFile), []byte("state"), 0o644))
+		}, "is the data directory of a cluster node (it holds __cluster_metadata-0"},
 		{"a partition besides the snapshots", func(dir string) {
 			require.NoError(t, os.MkdirAll(filepath.Join(controller.SnapshotsDir(dir), "1-2-3"), 0o755))
 			require.NoError(t, os.MkdirAll(filepath.Join(dir, "orders-0"), 0o755))
-		}, "spool serve --node-id N --controller-quorum-voters"},
+		}, "(it holds __cluster_metadata-snapshots; a cluster node keeps its topics in the metadata log, not in topics.json), which a standalone broker cannot open: serve it as that node, with spool serve --node-id N --controller-quorum-voters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -255,7 +255,7 @@ func TestServeRefusesMisconfiguredClusterNodes(t *testing.T) {
 	require.Equal(t, 0, nodes[3].stop(t, syscall.SIGTERM))
 	healthy := seeds[:2]
 	before := dirContents(t, dirs[3])
-	require.Contains(t, before, controller.StableStoreFile)
+	require.Contains(t, before, filepath.Join(filepath.Base(controller.MetadataDir(dirs[3])), controller.QuorumStateFile))
 	require.Contains(t, before, spool.MetaPropertiesFile)
 	unchanged := func(t *testing.T) {
 		t.Helper()
@@ -320,11 +320,12 @@ func TestServeRefusesMisconfiguredClusterNodes(t *testing.T) {
 	t.Run("cluster node's data directory served standalone", func(t *testing.T) {
 		code, stderr := serveToExit(t, "--data", dirs[3])
 		require.Equal(t, exitProblem, code, stderr)
-		require.Contains(t, stderr, "is the data directory of node 3 of cluster "+clusterID)
-		require.Contains(t, stderr, "spool serve --node-id 3 --controller-quorum-voters")
+		require.Contains(t, stderr, dirs[3]+" belongs to a cluster node")
+		require.Contains(t, stderr, "start the node with spool serve and its --node-id and --controller-quorum-voters")
 		unchanged(t)
 
-		// Nor does repair turn it into a standalone one.
+		// Nor does repair turn it into a standalone one (spool.RebuildRegistry
+		// refuses it, as spool.Open does).
 		code, stderr = runToExit(t, "repair", dirs[3])
 		require.Equal(t, exitProblem, code, stderr)
 		require.Contains(t, stderr, "is the data directory of node 3 of cluster "+clusterID)
@@ -419,7 +420,7 @@ func TestServeStandaloneDataDirUnchanged(t *testing.T) {
 	consumer.Close()
 	require.Equal(t, 0, s.stop(t, syscall.SIGTERM))
 	require.NoDirExists(t, controller.MetadataDir(data))
-	require.NoFileExists(t, filepath.Join(data, controller.StableStoreFile))
+	require.NoDirExists(t, controller.SnapshotsDir(data))
 	code, stdout, stderr := runTool(t, "check", "--quiet", data)
 	require.Equal(t, exitOK, code, "%s%s", stdout, stderr)
 }
