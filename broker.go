@@ -184,6 +184,9 @@ func (b *Broker) load() error {
 	reg, err := readRegistry(b.dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
+		if err := clusterNodeDirError(b.dir); err != nil {
+			return err
+		}
 		dirs, err := partitionDirNames(b.dir)
 		if err != nil {
 			return fmt.Errorf("spool: %w", err)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spoolmq/spool/controller"
 	"github.com/spoolmq/spool/internal/vfs"
 )
 
@@ -70,6 +71,34 @@ func ReadClusterID(dir string) (string, error) {
 func writeMetaProperties(dir string, mp metaProperties) error {
 	content := fmt.Sprintf("# written by spool\nversion=1\ncluster.id=%s\nnode.id=%d\n", mp.clusterID, mp.nodeID)
 	return vfs.WriteFileAtomic(vfs.Default, filepath.Join(dir, MetaPropertiesFile), []byte(content))
+}
+
+// clusterNodeDirError is a standalone broker's refusal of a cluster node's
+// data directory: one with the metadata log (and the quorum's term and
+// vote beside it) or its snapshots (package controller), and no topic
+// registry. The standalone path would
+// take the metadata log for a topic's partition, and a registry written
+// there would make the directory unusable as the node's; so Open (and
+// RebuildRegistry) refuse it and say how to serve it instead. nil for any
+// other directory.
+func clusterNodeDirError(dir string) error {
+	found := ""
+	for _, p := range []string{controller.MetadataDir(dir), controller.SnapshotsDir(dir)} {
+		if _, err := os.Stat(p); err == nil {
+			found = filepath.Base(p)
+			break
+		}
+	}
+	if found == "" {
+		return nil
+	}
+	who, id := "a cluster node", "N"
+	if mp, err := readMetaProperties(dir); err == nil && mp.nodeID >= 0 {
+		who, id = fmt.Sprintf("node %d of cluster %s", mp.nodeID, mp.clusterID), strconv.Itoa(int(mp.nodeID))
+	}
+	return fmt.Errorf("%w: %s is the data directory of %s (it holds %s; a cluster node keeps its topics in the metadata log, not in %s), "+
+		"which a standalone broker cannot open: serve it as that node, with spool serve --node-id %s --controller-quorum-voters and the cluster's voters",
+		ErrInvalidConfig, dir, who, found, registryFile, id)
 }
 
 // newClusterID is a random cluster id in Kafka's notation.

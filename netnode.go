@@ -161,7 +161,8 @@ func (b *Broker) openNetNode() error {
 		}
 	}
 	if _, err := os.Stat(filepath.Join(b.dir, registryFile)); err == nil {
-		return errNodeConfig("%s holds a standalone broker's topics (%s): a cluster node needs an empty data directory or a cluster node's", b.dir, registryFile)
+		return errNodeConfig("%s is a standalone broker's data directory (it holds %s): serve it standalone, without --controller-quorum-voters; "+
+			"a cluster node needs an empty data directory or its own", b.dir, registryFile)
 	}
 	cid := no.ClusterID
 	mp, err := readMetaProperties(b.dir)
@@ -171,7 +172,8 @@ func (b *Broker) openNetNode() error {
 			return errNodeConfig("%s belongs to node %d, not node %d: give each node its own data directory (or start it with --node-id %d)", b.dir, mp.nodeID, b.opts.NodeID, mp.nodeID)
 		}
 		if cid != "" && mp.clusterID != cid {
-			return errNodeConfig("%s belongs to cluster %s, not %s: move it away to join this cluster", b.dir, mp.clusterID, cid)
+			return errNodeConfig("%s belongs to cluster %s, not to cluster %s that --cluster-id names: start the node with --cluster-id %s (or none), "+
+				"or give it an empty data directory to join cluster %s", b.dir, mp.clusterID, cid, mp.clusterID, cid)
 		}
 		cid = mp.clusterID
 	case !errors.Is(err, os.ErrNotExist):

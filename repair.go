@@ -96,6 +96,8 @@ func (r *RegistryRepair) add(level FindingLevel, path, format string, args ...an
 // atomically, as the broker writes it, after the damaged one's bytes are
 // copied aside (topics.json.damaged-<time>). When a topic cannot be
 // rebuilt without guessing it writes nothing and returns ErrRepairRefused.
+// A cluster node's data directory has no registry to rebuild (its topics
+// are in the metadata log): it is refused with ErrInvalidConfig.
 func RebuildRegistry(dir string, opts RepairOptions) (*RegistryRepair, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -121,6 +123,9 @@ func RebuildRegistry(dir string, opts RepairOptions) (*RegistryRepair, error) {
 		rep.Intact = true
 		return rep, nil
 	case errors.Is(rerr, os.ErrNotExist):
+		if err := clusterNodeDirError(dir); err != nil {
+			return nil, err // nothing to rebuild: a registry there would unmake the node
+		}
 		rep.add(FindingInfo, regPath, "missing: rebuilding it from the partition directories")
 	case errors.Is(rerr, errBadRegistry):
 		rep.add(FindingInfo, regPath, "%v: rebuilding it from the partition directories", rerr)

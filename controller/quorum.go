@@ -27,7 +27,8 @@ type Voter struct {
 }
 
 // ParseVoters parses controller.quorum.voters: "1@host:port,2@host:port".
-// Ids must be distinct and non-negative, addresses host:port.
+// Ids must be distinct and non-negative, addresses host:port with a host
+// and a port from 1 to 65535.
 func ParseVoters(s string) ([]Voter, error) {
 	var out []Voter
 	for _, part := range strings.Split(s, ",") {
@@ -40,8 +41,14 @@ func ParseVoters(s string) ([]Voter, error) {
 		if !ok || err != nil || id < 0 {
 			return nil, fmt.Errorf("%w: voter %q: want ID@HOST:PORT", ErrInvalidConfig, part)
 		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
 			return nil, fmt.Errorf("%w: voter %q: %v", ErrInvalidConfig, part, err)
+		}
+		// Every node dials a voter at this address: it needs a host and a
+		// real port (not 0, which only a listener can pick).
+		if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 || host == "" {
+			return nil, fmt.Errorf("%w: voter %q: want ID@HOST:PORT with a host and a port from 1 to 65535", ErrInvalidConfig, part)
 		}
 		for _, v := range out {
 			if v.ID == int32(id) {

@@ -167,7 +167,8 @@ func (q *Quorum) checkHello(h hello) string {
 		return fmt.Sprintf("node %d was started with controller quorum voters %q, node %d with %q: start every node with the same --controller-quorum-voters", h.NodeID, h.Voters, q.cfg.NodeID, mine)
 	}
 	if cid := q.clusterID(); cid != "" && h.ClusterID != "" && cid != h.ClusterID {
-		return fmt.Sprintf("node %d belongs to cluster %s, node %d to cluster %s: a data directory from another cluster? (move it away to join this one)", h.NodeID, h.ClusterID, q.cfg.NodeID, cid)
+		return fmt.Sprintf("node %d is of cluster %s, node %d of cluster %s: node %d's --cluster-id or data directory is another cluster's; "+
+			"start it without --cluster-id (or with --cluster-id %s) and with a data directory of this cluster or an empty one (move the other cluster's away)", h.NodeID, h.ClusterID, q.cfg.NodeID, cid, h.NodeID, cid)
 	}
 	if h.NodeID == q.cfg.NodeID && h.Incarnation != q.incarnation {
 		return fmt.Sprintf("two processes claim node id %d: give each node its own --node-id", h.NodeID)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"syscall"
 
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/controller"
@@ -78,17 +79,25 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.ControllerListen == "" {
-		for _, v := range voters {
-			if v.ID == cfg.NodeID {
-				cfg.ControllerListen = v.Addr
-			}
-		}
-		if cfg.ControllerListen == "" {
-			return nil, fmt.Errorf("%w: node %d is not a voter: give it a controller listener of its own", spool.ErrInvalidConfig, cfg.NodeID)
+	voterAddr := ""
+	for _, v := range voters {
+		if v.ID == cfg.NodeID {
+			voterAddr = v.Addr
 		}
 	}
+	if cfg.ControllerListen == "" {
+		if voterAddr == "" {
+			return nil, fmt.Errorf("%w: node %d is not a voter: give it a controller listener of its own", spool.ErrInvalidConfig, cfg.NodeID)
+		}
+		cfg.ControllerListen = voterAddr
+	}
 	ctrlL, err := net.Listen("tcp", cfg.ControllerListen)
+	if errors.Is(err, syscall.EADDRINUSE) && cfg.ControllerListen == voterAddr {
+		// The likeliest reason: node NodeID already runs (this is a second
+		// process with its id), and the probe never got to say so.
+		return nil, fmt.Errorf("transport: controller listener: %w: another process listens on node %d's controller address %s - "+
+			"is node %d already running? give each node its own --node-id", err, cfg.NodeID, voterAddr, cfg.NodeID)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("transport: controller listener: %w", err)
 	}
@@ -106,12 +115,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return fail(err)
 	}
-	ctrlAddr := ""
-	for _, v := range voters {
-		if v.ID == cfg.NodeID {
-			ctrlAddr = v.Addr
-		}
-	}
+	ctrlAddr := voterAddr
 	if ctrlAddr == "" {
 		h, p, err := advertisedAddr("", ctrlL.Addr())
 		if err != nil {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -125,8 +127,17 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opts.Logger = logger
 	if *voters != "" {
-		if _, err := controller.ParseVoters(*voters); err != nil {
+		vs, err := controller.ParseVoters(*voters)
+		if err != nil {
 			return usageError(fs, "--controller-quorum-voters %q: %v", *voters, err)
+		}
+		if *ctrlListen == "" && !slices.ContainsFunc(vs, func(v controller.Voter) bool { return v.ID == opts.NodeID }) {
+			return usageError(fs, "node %d is not among --controller-quorum-voters, so it is a broker only: give it --controller-listen HOST:PORT of its own", opts.NodeID)
+		}
+		if *clusterID != "" {
+			if id, err := base64.RawURLEncoding.DecodeString(*clusterID); err != nil || len(id) != 16 {
+				return usageError(fs, "--cluster-id %q: want a cluster id as Kafka writes it, 22 characters of URL-safe base64 (the cluster.id of a node's meta.properties)", *clusterID)
+			}
 		}
 		bopts.Logger = logger
 		return serveNode(ctx, transport.NodeConfig{
