@@ -65,6 +65,9 @@ type NodeOptions struct {
 	// ControllerAddr is this node's controller listener as the others reach
 	// it; for a voter, its entry in Voters.
 	ControllerAddr string
+	// ControllerListenAddr is the address the controller listener is
+	// bound to, if known (see controller.Config.ListenAddr).
+	ControllerListenAddr string
 	// AdvertisedHost and AdvertisedPort are the Kafka listener clients and
 	// other brokers are told to use (advertised.listeners).
 	AdvertisedHost string
@@ -122,6 +125,9 @@ type netCluster struct {
 	// ready is closed once the node has registered and applied its own
 	// registration: from then on it acts on the metadata it applies.
 	ready chan struct{}
+	// failed receives the error that keeps the node out of the cluster
+	// for good (another process registered with its id).
+	failed chan error
 
 	mu        sync.Mutex
 	delivered map[TopicPartition]replica.PartitionState // the last state handed to the node per replica
@@ -181,11 +187,11 @@ func (b *Broker) openNetNode() error {
 	}
 	var inc [16]byte
 	_, _ = rand.Read(inc[:])
-	nc := &netCluster{b: b, opts: no, incarnation: hex.EncodeToString(inc[:]), ready: make(chan struct{}),
+	nc := &netCluster{b: b, opts: no, incarnation: hex.EncodeToString(inc[:]), ready: make(chan struct{}), failed: make(chan error, 1),
 		delivered: map[TopicPartition]replica.PartitionState{}, ids: map[TopicPartition]string{}, loading: map[int32]bool{}}
 	nc.ctx, nc.cancel = context.WithCancel(context.Background())
 	q, err := controller.Open(controller.Config{
-		NodeID: b.opts.NodeID, Dir: b.dir, Voters: no.Voters, Addr: no.ControllerAddr, ClusterID: cid,
+		NodeID: b.opts.NodeID, Dir: b.dir, Voters: no.Voters, Addr: no.ControllerAddr, ListenAddr: no.ControllerListenAddr, ClusterID: cid,
 		OnClusterID: func(id string) error {
 			return writeMetaProperties(b.dir, metaProperties{clusterID: id, nodeID: b.opts.NodeID})
 		},
@@ -233,10 +239,25 @@ func (b *Broker) openNetNode() error {
 func (nc *netCluster) run() {
 	defer nc.wg.Done()
 	b := nc.b
+	var dupSince time.Time
 	for nc.ctx.Err() == nil {
 		err := b.node.Start(nc.ctx)
 		if err == nil {
 			break
+		}
+		if errors.Is(err, controller.ErrDuplicateRegistration) {
+			// Refused while the previous incarnation's session lasts (a
+			// quick restart); for longer, another process has this id.
+			if dupSince.IsZero() {
+				dupSince = time.Now()
+			} else if time.Since(dupSince) > 2*nc.opts.SessionTimeout+time.Second {
+				err = fmt.Errorf("%w: another process is registered as node %d and alive: give each node its own --node-id", err, b.opts.NodeID)
+				b.logger.Error("cannot join the cluster", "err", err)
+				nc.failed <- err
+				return
+			}
+		} else {
+			dupSince = time.Time{}
 		}
 		if nc.ctx.Err() == nil {
 			b.logger.Info("registering with the controller", "err", err)
@@ -643,6 +664,7 @@ func (nc *netCluster) leave(b *Broker) error {
 	errs = append(errs, b.node.Close())
 	nc.cancel()
 	nc.wg.Wait()
+	close(nc.failed) // run, its only sender, has returned
 	if nc.q.Active() {
 		nc.q.TransferLeadership()
 	}

@@ -160,3 +160,14 @@ func (b *Broker) Ready() <-chan struct{} {
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Failed receives the error that keeps a cluster node out of its cluster
+// for good - another live process registered with its node id - after
+// which it will never be Ready. Nil channel (never ready to receive) on a
+// standalone broker.
+func (b *Broker) Failed() <-chan error {
+	if b.nc == nil {
+		return nil
+	}
+	return b.nc.failed
+}

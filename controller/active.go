@@ -354,8 +354,21 @@ func (q *Quorum) BrokerHeartbeat(ctx context.Context, h Heartbeat) (HeartbeatRes
 		im = q.Image()
 		b, _ = im.Broker(h.BrokerID)
 	}
-	return HeartbeatResult{IsCaughtUp: caughtUp, IsFenced: b.Fenced,
-		ShouldShutdown: h.WantShutdown && b.InControlledShutdown && im.Leads(b.ID) == 0}, nil
+	done := h.WantShutdown && b.InControlledShutdown && im.Leads(b.ID) == 0
+	if done && !b.Fenced {
+		// Its controlled shutdown is complete: fence it now, so that
+		// clients stop being sent to a broker about to exit rather than a
+		// session timeout later (KRaft's SHUTDOWN_NOW).
+		if err := q.begin(ctx); err == nil {
+			if cur, ok := q.Image().Broker(b.ID); ok && cur.Epoch == b.Epoch && !cur.Fenced {
+				yes := true
+				q.applyLocked(Record{BrokerChange: &BrokerChangeRecord{BrokerID: b.ID, BrokerEpoch: b.Epoch, Fenced: &yes}})
+			}
+			q.opMu.Unlock()
+		}
+		b, _ = q.Image().Broker(h.BrokerID)
+	}
+	return HeartbeatResult{IsCaughtUp: caughtUp, IsFenced: b.Fenced, ShouldShutdown: done}, nil
 }
 
 // AlterPartition changes a partition's ISR on its leader's request

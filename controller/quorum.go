@@ -96,6 +96,11 @@ type Config struct {
 	// Addr is this node's controller listener as the others reach it: its
 	// voter address, or for a non-voter the address it registers with.
 	Addr string
+	// ListenAddr is the address the node's controller listener is bound
+	// to, if known. At its own voter address no other process can be, so
+	// Open does not greet it; elsewhere Open greets the voter address to
+	// make sure no other process serves this node's id there.
+	ListenAddr string
 	// ClusterID is the cluster's id if known (meta.properties); "" on a
 	// node that has not joined yet: it adopts the quorum's.
 	ClusterID string
@@ -252,12 +257,43 @@ func Open(cfg Config) (*Quorum, error) {
 	return q, nil
 }
 
+// sameAddr reports whether the voter address v names the bound address l
+// (a host name resolving to its IP, or l listening on every interface).
+func sameAddr(v, l string) bool {
+	if v == l {
+		return true
+	}
+	vh, vp, err1 := net.SplitHostPort(v)
+	lh, lp, err2 := net.SplitHostPort(l)
+	if err1 != nil || err2 != nil || vp != lp {
+		return false
+	}
+	if ip := net.ParseIP(lh); ip != nil && ip.IsUnspecified() {
+		return true
+	}
+	ips, err := net.LookupHost(vh)
+	if err != nil {
+		return false
+	}
+	for _, ip := range ips {
+		if a, b := net.ParseIP(ip), net.ParseIP(lh); a != nil && b != nil && a.Equal(b) {
+			return true
+		}
+	}
+	return false
+}
+
 // probe greets the voters before Raft starts (see Open). Unreachable
 // voters are skipped: they check this node when they start.
 func (q *Quorum) probe() error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(q.cfg.Voters))
 	for i, v := range q.cfg.Voters {
+		if v.ID == q.cfg.NodeID && sameAddr(v.Addr, q.cfg.ListenAddr) {
+			// This node is bound to its own voter address (not served
+			// yet): no other process can be there.
+			continue
+		}
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()

@@ -406,6 +406,8 @@ func TestQuorumControlledShutdownMovesLeadershipFirst(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.ShouldShutdown, "broker 1 leads nothing once its shutdown is committed")
 	require.Zero(t, q.Image().Leads(1))
+	b1, _ := q.Image().Broker(1)
+	require.True(t, b1.Fenced, "a broker done with its controlled shutdown is fenced at once: clients are no longer sent to it")
 	t1, _ := q.Image().Topic("t")
 	for _, st := range t1.Partitions {
 		if st.HasReplica(1) {

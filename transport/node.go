@@ -126,6 +126,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	r := newRemote(nil)
 	no := cfg.Cluster
 	no.Voters, no.ControllerAddr, no.AdvertisedHost, no.AdvertisedPort = voters, ctrlAddr, host, port
+	no.ControllerListenAddr = ctrlL.Addr().String()
 	no.ClusterID, no.Remote = cfg.ClusterID, r
 	bo := cfg.Broker
 	bo.NodeID, bo.Node = cfg.NodeID, &no
@@ -147,9 +148,14 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		b.Close()
 		return fail(err)
 	}
-	n := &Node{b: b, srv: srv, kafka: kafkaL, ctrl: ctrlL, remote: r, done: make(chan error, 2)}
+	n := &Node{b: b, srv: srv, kafka: kafkaL, ctrl: ctrlL, remote: r, done: make(chan error, 3)}
 	go func() { n.done <- srv.ServeController(ctrlL) }()
 	go func() { n.done <- srv.Serve(kafkaL) }()
+	go func() {
+		if err, ok := <-b.Failed(); ok {
+			n.done <- err
+		}
+	}()
 	return n, nil
 }
 
@@ -186,8 +192,9 @@ func (n *Node) Addr() net.Addr { return n.kafka.Addr() }
 // ControllerAddr is the controller listener's address.
 func (n *Node) ControllerAddr() net.Addr { return n.ctrl.Addr() }
 
-// Done reports a listener that stopped serving on its own (its error);
-// nothing is sent after Close.
+// Done reports a listener that stopped serving on its own, or a node
+// that cannot join its cluster (Broker.Failed), with the error; spool
+// serve exits on it.
 func (n *Node) Done() <-chan error { return n.done }
 
 // Close shuts the node down in a controlled way: its partitions' leadership
