@@ -1,0 +1,27 @@
+package clustertest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseDump(t *testing.T) {
+	out := `Dumping /d/t-0/00000000000000000000.log (300 bytes)
+position: 0 baseOffset: 0 lastOffset: 2 count: 3 size: 120 crcValid: true codec: none firstTimestamp: 1 maxTimestamp: 1 producerId: 7 producerEpoch: 0 baseSequence: 0 partitionLeaderEpoch: 0
+| offset: 0 timestamp: 1700000000000 key: null valueSize: 3 value: "abc" headers: 0
+| offset: 1 timestamp: 1700000000000 key: "k" valueSize: 18 value: "x headers: 5 \"q\"\n" headers: 2
+| offset: 2 timestamp: -1 key: null valueSize: 0 value: null headers: 0
+1 batches, 3 records
+`
+	recs, err := parseDump(4, out)
+	require.NoError(t, err)
+	require.Equal(t, []Record{{4, 0, "abc"}, {4, 1, "x headers: 5 \"q\"\n"}, {4, 2, ""}}, recs)
+
+	_, err = parseDump(0, `| offset: 3 timestamp: 1 key: null valueSize: 70 value: "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"...(70 bytes) headers: 0`+"\n")
+	require.ErrorContains(t, err, "not printed whole")
+	_, err = parseDump(0, "| offset: x timestamp: 1\n")
+	require.ErrorContains(t, err, "cannot parse")
+	_, err = parseDump(0, "| offset: 1 timestamp: 1 key: null value: \"a\"\n")
+	require.ErrorContains(t, err, "cannot parse")
+}
