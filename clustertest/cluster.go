@@ -364,12 +364,36 @@ func (c *Cluster) CheckExits() error {
 	return errors.Join(c.exits...)
 }
 
+// ErrDataRace reports that a node built with -race found a data race.
+var ErrDataRace = errors.New("clustertest: data race in a node")
+
+// CheckRaces returns an error wrapping ErrDataRace, with the report, for
+// each data race the nodes' logs hold (nodes built with -race report them
+// on stderr and go on running), nil if there is none.
+func (c *Cluster) CheckRaces() error {
+	var errs []error
+	for _, n := range c.nodes {
+		reports, err := raceReports(n.logPath)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("clustertest: node %d's log: %w", n.id, err))
+		}
+		for _, r := range reports {
+			errs = append(errs, fmt.Errorf("%w: node %d (%s):\n%s", ErrDataRace, n.id, n.logPath, r))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // cleanup ends a test's cluster: it fails the test for node processes
-// that ended on their own, logs the end of each node's stderr if the test
-// failed, and kills what still runs (asking for goroutine dumps first if
-// the test failed and the directory is kept).
+// that ended on their own and for data races the nodes reported, logs the
+// end of each node's stderr if the test failed, and kills what still runs
+// (asking for goroutine dumps first if the test failed and the directory
+// is kept).
 func (c *Cluster) cleanup(t testing.TB) {
 	if err := c.CheckExits(); err != nil {
+		t.Error(err)
+	}
+	if err := c.CheckRaces(); err != nil {
 		t.Error(err)
 	}
 	failed := t.Failed()

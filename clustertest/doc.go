@@ -20,8 +20,9 @@
 // binary has it); call Main from TestMain to remove it afterwards. Ports
 // are chosen once, below the kernel's ephemeral range, and kept across
 // restarts. When the test ends every node is killed; a node that ended on
-// its own (a crash, a panic) fails the test, and a failed test logs the end
-// of each node's stderr. Set $SPOOL_CLUSTERTEST_DIR to keep the data
+// its own (a crash, a panic) fails the test, as does a data race a node
+// built with -race reported, and a failed test logs the end of each node's
+// stderr. Set $SPOOL_CLUSTERTEST_DIR to keep the data
 // directories and whole logs - with the goroutine stacks of the nodes still
 // running when the test failed - and $SPOOL_CLUSTERTEST_VERBOSE to see the
 // nodes' stderr as they write it.

@@ -105,3 +105,31 @@ func tailLines(path string, n int, max int64) (string, error) {
 	}
 	return s, nil
 }
+
+// raceMarker starts each report the race detector writes (on stderr) in a
+// process built with -race; the process goes on running.
+const raceMarker = "WARNING: DATA RACE"
+
+// raceReports returns the race detector's reports in the file at path:
+// each from its marker line to the next "==================" line.
+func raceReports(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	s := string(b)
+	for {
+		i := strings.Index(s, raceMarker)
+		if i < 0 {
+			return out, nil
+		}
+		s = s[i:]
+		end := strings.Index(s, "\n==================")
+		if end < 0 {
+			end = len(s)
+		}
+		out = append(out, s[:end])
+		s = s[end:]
+	}
+}

@@ -1,6 +1,8 @@
 package clustertest
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,4 +26,24 @@ position: 0 baseOffset: 0 lastOffset: 2 count: 3 size: 120 crcValid: true codec:
 	require.ErrorContains(t, err, "cannot parse")
 	_, err = parseDump(0, "| offset: 1 timestamp: 1 key: null value: \"a\"\n")
 	require.ErrorContains(t, err, "cannot parse")
+}
+
+func TestRaceReports(t *testing.T) {
+	path := t.TempDir() + "/node1.stderr"
+	log := "time=1 level=INFO msg=serving\n" +
+		"==================\nWARNING: DATA RACE\nWrite at 0x1 by goroutine 7:\n  main.f()\n\nPrevious read at 0x1 by goroutine 8:\n  main.g()\n==================\n" +
+		"time=2 level=INFO msg=more\n" +
+		"==================\nWARNING: DATA RACE\nRead at 0x2 by goroutine 9:\n  main.h()\n==================\n"
+	require.NoError(t, os.WriteFile(path, []byte(log), 0o644))
+	reports, err := raceReports(path)
+	require.NoError(t, err)
+	require.Len(t, reports, 2)
+	require.True(t, strings.HasPrefix(reports[0], "WARNING: DATA RACE\nWrite at 0x1"))
+	require.True(t, strings.HasSuffix(reports[0], "main.g()"))
+	require.Contains(t, reports[1], "main.h()")
+
+	require.NoError(t, os.WriteFile(path, []byte("time=1 level=INFO msg=serving\n"), 0o644))
+	reports, err = raceReports(path)
+	require.NoError(t, err)
+	require.Empty(t, reports)
 }
