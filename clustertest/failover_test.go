@@ -210,6 +210,20 @@ func (w *workload) awaitProgress(ctx context.Context, what string, since time.Ti
 	return fmt.Sprint(progressed), err
 }
 
+// awaitGroupProgress waits until the group has committed, on every
+// partition, more than before: it keeps consuming.
+func (w *workload) awaitGroupProgress(ctx context.Context, before map[int32]int64) error {
+	return clustertest.Eventually(ctx, "the group committing on every partition", func(context.Context) error {
+		now := w.committed()
+		for p := range int32(failoverPartitions) {
+			if now[p] <= before[p] {
+				return fmt.Errorf("partition %d: committed %d, as before", p, now[p])
+			}
+		}
+		return nil
+	})
+}
+
 // stopProducing stops the producers and waits for every record handed to
 // the client to be acknowledged or to fail.
 func (w *workload) stopProducing(t *testing.T, ctx context.Context) {
@@ -240,8 +254,9 @@ func (w *workload) stop() {
 //     there, from the new coordinator.
 //
 // While one node is down the producers keep being acknowledged on every
-// partition (two replicas remain, min.insync.replicas is met), and the
-// group's committed offsets, watched throughout, never go back. At the end
+// partition (two replicas remain, min.insync.replicas is met); after each
+// fault the group commits further on every partition; and its committed
+// offsets, watched throughout, never go back. At the end
 // every acknowledged record is read back exactly once at its acknowledged
 // offset by a plain consumer, the group has consumed every acknowledged
 // record and committed up to the end, and every node's files hold the same
@@ -287,7 +302,7 @@ func TestFailovers(t *testing.T) {
 
 	// heal restarts a node and waits until every partition of every topic
 	// has all its replicas in sync again and the producer gets through.
-	heal := func(n *clustertest.Node) {
+	heal := func(n *clustertest.Node, committed map[int32]int64) {
 		t.Helper()
 		pctx, pcancel := phase()
 		defer pcancel()
@@ -298,6 +313,7 @@ func TestFailovers(t *testing.T) {
 		step("node %d restarted, every partition in sync after %.1fs (%d acks)", n.ID(), time.Since(restarted).Seconds(), w.ledger.Acked())
 		_, err := w.awaitProgress(pctx, fmt.Sprintf("after node %d's restart", n.ID()), restarted)
 		require.NoError(t, err)
+		require.NoError(t, w.awaitGroupProgress(pctx, committed), "since node %d went down", n.ID())
 	}
 	// awaitLeaderMoved waits until the freshest metadata names a leader
 	// other than the dead node for every partition it led.
@@ -328,11 +344,12 @@ func TestFailovers(t *testing.T) {
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, leader, int32(1), "partition %d has a leader", p)
 		n := c.Node(leader)
+		committed := w.committed()
 		killed := time.Now()
 		require.NoError(t, n.Kill())
 		step("SIGKILL node %d, leader of partition %d", leader, p)
 		awaitFailover(leader, killed)
-		heal(n)
+		heal(n, committed)
 	}
 
 	pctx, pcancel = phase()
@@ -342,6 +359,7 @@ func TestFailovers(t *testing.T) {
 		return err
 	}))
 	pcancel()
+	committed := w.committed()
 	killed := time.Now()
 	require.NoError(t, c.Node(ctrl).Kill())
 	step("SIGKILL node %d, the active controller", ctrl)
@@ -356,7 +374,7 @@ func TestFailovers(t *testing.T) {
 	pcancel()
 	awaitFailover(ctrl, killed)
 	step("a new controller is active")
-	heal(c.Node(ctrl))
+	heal(c.Node(ctrl), committed)
 
 	// Controlled shutdown under load: the broker leading the most
 	// partitions of the topic moves them away and exits 0.
@@ -368,6 +386,7 @@ func TestFailovers(t *testing.T) {
 	}
 	busiest := slices.MaxFunc(slices.Collect(maps.Keys(led)), func(a, b int32) int { return led[a] - led[b] })
 	pctx, pcancel = phase()
+	committed = w.committed()
 	stopped := time.Now()
 	code, err := c.Node(busiest).Stop(pctx)
 	pcancel()
@@ -375,7 +394,7 @@ func TestFailovers(t *testing.T) {
 	require.Equal(t, 0, code, "spool serve exits 0 after a controlled shutdown")
 	step("SIGTERM node %d (leading %d partitions): exited 0", busiest, led[busiest])
 	awaitFailover(busiest, stopped)
-	heal(c.Node(busiest))
+	heal(c.Node(busiest), committed)
 
 	// The coordinator's death: what the group committed before it stays.
 	pctx, pcancel = phase()
@@ -389,6 +408,7 @@ func TestFailovers(t *testing.T) {
 		return err
 	}))
 	pcancel()
+	committed = w.committed()
 	killed = time.Now()
 	require.NoError(t, c.Node(coord).Kill())
 	step("SIGKILL node %d, the group's coordinator; committed before: %v", coord, before)
@@ -411,7 +431,7 @@ func TestFailovers(t *testing.T) {
 	}
 	step("node %d coordinates the group now; committed: %v", newCoord, after)
 	awaitFailover(coord, killed)
-	heal(c.Node(coord))
+	heal(c.Node(coord), committed)
 
 	// Quiesce: stop producing, wait for every record to be acknowledged
 	// or to fail, and for the cluster to be in sync.
