@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
@@ -13,8 +14,12 @@ import (
 // the spool binary to run instead of building one.
 const BinaryEnv = "SPOOL_BIN"
 
-// spoolPackage is the import path of the command the cluster runs.
-const spoolPackage = "github.com/spoolmq/spool/cmd/spool"
+// spoolModule is the module holding the command the cluster runs, and
+// spoolCommand the command's directory in it.
+const (
+	spoolModule  = "github.com/spoolmq/spool"
+	spoolCommand = "./cmd/spool"
+)
 
 // The binary is built at most once per test binary: building links a
 // 15 MB executable, which on a small CI machine costs seconds.
@@ -30,14 +35,17 @@ var build struct {
 var ErrNoBinary = errors.New("clustertest: no spool binary")
 
 // Binary returns the path of the spool binary the clusters run: $SPOOL_BIN
-// if set, else one built with "go build" from the module the test runs in
-// (so the spool version its go.mod requires) into a temporary directory,
-// once per test binary. Build it yourself and set SPOOL_BIN to run tests
-// of several packages against one binary, or to run a binary built with
-// other flags (-race).
+// if set, else one built with "go build" into a temporary directory, once
+// per test binary. It is built from the spool module the test's module
+// uses (its directory in the module cache, or a replacement's or
+// workspace's), with that module's own go.mod, so that a test in another
+// module needs none of the command's dependencies. Build it yourself and
+// set SPOOL_BIN to run tests of several packages against one binary, or to
+// run one built with other flags.
 //
-// The built binary's directory stays until RemoveBinary is called: call it
-// from TestMain (see Main) to leave nothing behind.
+// Under go test -race the binary is built with -race too. The built
+// binary's directory stays until RemoveBinary is called: call it from
+// TestMain (see Main) to leave nothing behind.
 func Binary() (string, error) {
 	if p := os.Getenv(BinaryEnv); p != "" {
 		st, err := os.Stat(p)
@@ -49,30 +57,43 @@ func Binary() (string, error) {
 		}
 		return p, nil
 	}
-	build.once.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			build.err = fmt.Errorf("%w: set $%s or put the go command on PATH: %w", ErrNoBinary, BinaryEnv, err)
-			return
-		}
-		build.dir, err = os.MkdirTemp("", "spool-clustertest-")
-		if err != nil {
-			build.err = fmt.Errorf("%w: %w", ErrNoBinary, err)
-			return
-		}
-		build.path = filepath.Join(build.dir, "spool")
-		args := []string{"build", "-o", build.path}
-		if raceEnabled {
-			// The servers run the same code the test exercises: a race
-			// in them is as much a failure as one in the test.
-			args = append(args, "-race")
-		}
-		out, err := exec.Command(goTool, append(args, spoolPackage)...).CombinedOutput()
-		if err != nil {
-			build.err = fmt.Errorf("%w: go build %s: %w\n%s", ErrNoBinary, spoolPackage, err, out)
-		}
-	})
+	build.once.Do(func() { build.path, build.err = buildBinary() })
 	return build.path, build.err
+}
+
+// buildBinary builds the spool command into a new temporary directory.
+func buildBinary() (string, error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("%w: set $%s or put the go command on PATH: %w", ErrNoBinary, BinaryEnv, err)
+	}
+	out, err := exec.Command(goTool, "list", "-m", "-f", "{{.Dir}}", spoolModule).Output()
+	if err != nil {
+		return "", fmt.Errorf("%w: go list -m %s: %w", ErrNoBinary, spoolModule, err)
+	}
+	moduleDir := strings.TrimSpace(string(out))
+	if moduleDir == "" {
+		return "", fmt.Errorf("%w: go list -m %s: the module is not downloaded (go mod download %s)", ErrNoBinary, spoolModule, spoolModule)
+	}
+	build.dir, err = os.MkdirTemp("", "spool-clustertest-")
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrNoBinary, err)
+	}
+	path := filepath.Join(build.dir, "spool")
+	args := []string{"build", "-o", path}
+	if raceEnabled {
+		// The servers run the same code the test exercises: a race
+		// in them is as much a failure as one in the test.
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goTool, append(args, spoolCommand)...)
+	cmd.Dir = moduleDir
+	// The spool module's own go.mod decides, not a workspace around it.
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%w: go build %s in %s: %w\n%s", ErrNoBinary, spoolCommand, moduleDir, err, out)
+	}
+	return path, nil
 }
 
 // RemoveBinary removes the binary Binary built, if it built one. Call it

@@ -305,6 +305,9 @@ func (c *Cluster) Running() []*Node {
 	return out
 }
 
+// Dir is the directory holding the nodes' data directories and logs.
+func (c *Cluster) Dir() string { return c.opts.Dir }
+
 // Voters is the --controller-quorum-voters value every node is given.
 func (c *Cluster) Voters() string { return c.voters }
 

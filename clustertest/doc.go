@@ -16,8 +16,9 @@
 //
 // and waits until each prints "spool: serving on" and every node lists
 // every other as a broker. The binary is $SPOOL_BIN, or is built once per
-// test binary from the module the test runs in (with -race if the test
-// binary has it); call Main from TestMain to remove it afterwards. Ports
+// test binary from the spool module the test's module requires, with that
+// module's own dependencies (and with -race if the test binary has it);
+// call Main from TestMain to remove it afterwards. Ports
 // are chosen once, below the kernel's ephemeral range, and kept across
 // restarts. When the test ends every node is killed; a node that ended on
 // its own (a crash, a panic) fails the test, as does a data race a node

@@ -47,3 +47,19 @@ func TestRaceReports(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, reports)
 }
+
+func TestTailLines(t *testing.T) {
+	path := t.TempDir() + "/log"
+	require.NoError(t, os.WriteFile(path, []byte("one\ntwo\nthree\nfour\n"), 0o644))
+	s, err := tailLines(path, 2, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, "... (the start is in "+path+")\nthree\nfour\n", s)
+	s, err = tailLines(path, 10, 1<<20)
+	require.NoError(t, err)
+	require.Equal(t, "one\ntwo\nthree\nfour\n", s, "all of it")
+	s, err = tailLines(path, 0, 9)
+	require.NoError(t, err)
+	require.Equal(t, "... (the start is in "+path+")\nfour\n", s, "the last 9 bytes, without the cut line")
+	_, err = tailLines(path+".missing", 1, 10)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}

@@ -94,14 +94,18 @@ func tailLines(path string, n int, max int64) (string, error) {
 			s = s[i+1:]
 		}
 	}
+	cut := off > 0
 	if n > 0 {
 		lines := strings.SplitAfter(s, "\n")
 		if lines[len(lines)-1] == "" {
 			lines = lines[:len(lines)-1]
 		}
 		if len(lines) > n {
-			s = fmt.Sprintf("... (%d earlier lines in %s)\n", len(lines)-n, path) + strings.Join(lines[len(lines)-n:], "")
+			s, cut = strings.Join(lines[len(lines)-n:], ""), true
 		}
+	}
+	if cut {
+		s = fmt.Sprintf("... (the start is in %s)\n", path) + s
 	}
 	return s, nil
 }
