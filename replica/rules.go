@@ -274,9 +274,21 @@ func (l *Leader) ProposeISR(now time.Time) ([]int32, bool) {
 // epoch (the controller's answer to a proposal, or a change it made itself,
 // such as removing a fenced broker), ending any change in flight. A state
 // that is not newer is ignored; it reports whether it was taken.
+//
+// A follower the new state takes out of the ISR stops counting as caught
+// up: it holds the high watermark back again only once it catches up anew.
+// The controller removes a follower whose broker it fenced or that shuts
+// down, which Kafka's leader no longer waits for
+// (Partition.isReplicaIsrEligible); one the leader itself dropped was not
+// caught up anyway.
 func (l *Leader) Apply(st PartitionState) bool {
 	if st.LeaderEpoch != l.state.LeaderEpoch || st.PartitionEpoch <= l.state.PartitionEpoch {
 		return false
+	}
+	for id, p := range l.progress {
+		if l.state.InISR(id) && !st.InISR(id) {
+			p.LastCaughtUp = time.Time{}
+		}
 	}
 	l.state = st.Clone()
 	l.pending = nil

@@ -107,6 +107,41 @@ func TestISRShrinkAndExpand(t *testing.T) {
 	require.Equal(t, int64(140), l.HighWatermark())
 }
 
+// TestRemovedFollowerReleasesHighWatermark: a follower the controller takes
+// out of the ISR without the leader asking - its broker was fenced after
+// its session expired, or is shutting down - no longer holds the high
+// watermark back, although it was caught up a moment ago. Kafka's leader
+// waits for a caught-up follower outside the ISR only if it is eligible to
+// join (Partition.isReplicaIsrEligible: not fenced, not shutting down); a
+// removed follower is not until it catches up again. Without this, every
+// acks=all produce to a partition of which a crashed broker was a follower
+// waited ReplicaLagTime after the crash, long after the controller had
+// fenced the broker.
+func TestRemovedFollowerReleasesHighWatermark(t *testing.T) {
+	lag := 10 * time.Second
+	l := NewLeader(1, state3(), LeaderConfig{MinInSyncReplicas: 2, ReplicaLagTime: lag}, 100, 100, t0)
+	l.Fetch(2, 1, 100, 100, t0)
+	l.Fetch(3, 1, 100, 100, t0)
+	// 2 crashes; the leader writes on, 3 keeps up.
+	now := t0.Add(100 * time.Millisecond)
+	l.Fetch(3, 1, 150, 150, now)
+	require.Equal(t, int64(100), l.HighWatermark(), "2 is in the ISR")
+
+	// The controller fences 2 and removes it from the ISR.
+	now = now.Add(time.Second)
+	next := l.State()
+	next.ISR, next.PartitionEpoch = []int32{1, 3}, next.PartitionEpoch+1
+	require.True(t, l.Apply(next))
+	require.True(t, l.Advance(150, now))
+	require.Equal(t, int64(150), l.HighWatermark(), "committed without waiting ReplicaLagTime for the removed follower")
+
+	// Back, and caught up with the leader, it counts again (about to join).
+	now = now.Add(time.Second)
+	l.Fetch(2, 2, 150, 150, now)
+	require.False(t, l.Advance(160, now))
+	require.Equal(t, int64(150), l.HighWatermark(), "a caught-up joiner holds the high watermark")
+}
+
 func TestCaughtUpRule(t *testing.T) {
 	// Replica.updateFetchState: a fetch reaching the leader's end as of
 	// the previous fetch makes the follower caught up as of that fetch.
