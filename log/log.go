@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/spoolmq/spool/internal/notify"
 	"github.com/spoolmq/spool/internal/vfs"
@@ -585,4 +586,33 @@ func (l *Log) flushAll(segs []*segment.Segment) error {
 		}
 	}
 	return nil
+}
+
+// SegmentInfo describes one segment of a log.
+type SegmentInfo struct {
+	// BaseOffset is the offset the segment's name gives (its first batch's
+	// base offset, or where it starts if empty).
+	BaseOffset int64
+	// Size is its committed bytes.
+	Size int64
+	// ModTime is its .log file's modification time: when it was last
+	// written.
+	ModTime time.Time
+}
+
+// Segments describes the log's segments, oldest first. Kafka's ListOffsets
+// v0 answers from them (offsets by segment and file time).
+func (l *Log) Segments() []SegmentInfo {
+	segs := l.segments()
+	out := make([]SegmentInfo, 0, len(segs))
+	for _, s := range segs {
+		si := SegmentInfo{BaseOffset: s.Base(), Size: s.Size()}
+		if st, err := os.Stat(s.Path()); err == nil {
+			si.ModTime = st.ModTime()
+		} else {
+			continue // deleted by retention meanwhile
+		}
+		out = append(out, si)
+	}
+	return out
 }

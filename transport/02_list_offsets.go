@@ -2,13 +2,11 @@ package transport
 
 import (
 	"math"
-	"os"
 	"sort"
 	"time"
 
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
-	"github.com/spoolmq/spool/segment"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -253,24 +251,12 @@ func maxTimestampOffset(p *partition.Partition) (int64, bool, error) {
 // place of the higher offsets).
 func legacyOffsetsBefore(p *partition.Partition, ts int64, maxNumOffsets int32, consumer bool) ([]int64, error) {
 	type point struct{ offset, mtime int64 }
-	entries, err := os.ReadDir(p.Dir())
-	if err != nil {
-		return nil, err
-	}
 	start := p.StartOffset()
 	var points []point
 	var lastSize int64
-	for _, e := range entries {
-		base, suffix, ok := segment.ParseFileName(e.Name())
-		if !ok || suffix != segment.LogSuffix {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			continue // deleted by retention meanwhile
-		}
-		points = append(points, point{max(base, start), info.ModTime().UnixMilli()})
-		lastSize = info.Size()
+	for _, seg := range p.Log().Segments() {
+		points = append(points, point{max(seg.BaseOffset, start), seg.ModTime.UnixMilli()})
+		lastSize = seg.Size
 	}
 	sort.SliceStable(points, func(i, j int) bool { return points[i].offset < points[j].offset })
 	if len(points) == 0 {
