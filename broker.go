@@ -316,16 +316,11 @@ func (b *Broker) topic(ctx context.Context, name string, create bool) (*topic, e
 // topic's partition (ErrUnknownPartition if it holds none): a follower's
 // replica lags its leader, and writing to it directly breaks replication.
 func (b *Broker) Partition(topicName string, n int32) (*partition.Partition, error) {
-	if b.clustered(topicName) {
-		b.rmu.Lock()
-		p := b.replicas[TopicPartition{Topic: topicName, Partition: n}]
-		b.rmu.Unlock()
-		if p == nil {
-			return nil, fmt.Errorf("%w: broker %d holds no replica of %s-%d", ErrUnknownPartition, b.opts.NodeID, topicName, n)
-		}
-		return p, nil
-	}
-	t, err := b.topic(context.Background(), topicName, false)
+	return b.route(topicName).partition(topicName, n)
+}
+
+func (s soloStore) partition(topicName string, n int32) (*partition.Partition, error) {
+	t, err := s.b.topic(context.Background(), topicName, false)
 	if err != nil {
 		return nil, err
 	}
@@ -356,9 +351,11 @@ func (b *Broker) CreateTopic(ctx context.Context, name string, cfg TopicConfig) 
 	if name == OffsetsTopic {
 		return fmt.Errorf("%w: %q is internal", ErrInvalidTopic, name)
 	}
-	if b.clustered(name) {
-		return b.createReplicatedTopic(ctx, name, cfg)
-	}
+	return b.route(name).createTopic(ctx, name, cfg)
+}
+
+func (s soloStore) createTopic(ctx context.Context, name string, cfg TopicConfig) error {
+	b := s.b
 	if rf := b.effective(cfg).ReplicationFactor; rf > 1 {
 		return fmt.Errorf("%w: ReplicationFactor %d needs a cluster (Options.Cluster)", ErrInvalidConfig, rf)
 	}
@@ -411,15 +408,11 @@ func (b *Broker) createTopic(ctx context.Context, name string, cfg TopicConfig, 
 // first; its partition directories are then renamed aside and removed. A
 // crash in between is finished on the next Open.
 func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
-	if b.clustered(name) {
-		if b.closed.Load() {
-			return ErrClosed
-		}
-		if b.partitionCount(name) < 0 {
-			return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
-		}
-		return b.wrapTopicErr(name, b.cl.deleteTopic(ctx, name))
-	}
+	return b.route(name).deleteTopic(ctx, name)
+}
+
+func (s soloStore) deleteTopic(ctx context.Context, name string) error {
+	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -461,19 +454,11 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 // all or nothing: on an error wrapping ErrStorage the topic keeps its
 // partitions and no file of the new ones is left.
 func (b *Broker) CreatePartitions(ctx context.Context, name string, total int32) error {
-	if b.clustered(name) {
-		if b.closed.Load() {
-			return ErrClosed
-		}
-		have := b.partitionCount(name)
-		if have < 0 {
-			return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
-		}
-		if total <= have {
-			return fmt.Errorf("%w: %q has %d partitions; partitions can only be added (asked for %d)", ErrInvalidConfig, name, have, total)
-		}
-		return b.wrapTopicErr(name, b.cl.createPartitions(ctx, name, total))
-	}
+	return b.route(name).createPartitions(ctx, name, total)
+}
+
+func (s soloStore) createPartitions(ctx context.Context, name string, total int32) error {
+	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -509,11 +494,8 @@ func (b *Broker) CreatePartitions(ctx context.Context, name string, total int32)
 // Topics lists the topic names, sorted.
 func (b *Broker) Topics() []string {
 	var names []string
-	for n := range b.snapshot() {
-		names = append(names, n)
-	}
-	if b.cl != nil {
-		names = append(names, b.clusterTopics()...)
+	for _, st := range b.stores() {
+		names = append(names, st.topicNames()...)
 	}
 	sort.Strings(names)
 	return names
@@ -560,9 +542,11 @@ type PartitionDescription struct {
 
 // DescribeTopic describes a topic and its partitions.
 func (b *Broker) DescribeTopic(name string) (TopicDescription, error) {
-	if b.clustered(name) {
-		return b.describeReplicated(name)
-	}
+	return b.route(name).describe(name)
+}
+
+func (s soloStore) describe(name string) (TopicDescription, error) {
+	b := s.b
 	t, err := b.topic(context.Background(), name, false)
 	if err != nil {
 		return TopicDescription{}, err
@@ -611,17 +595,26 @@ func (b *Broker) background() {
 // clean runs the cleaner over every partition of the compacted topics,
 // forced or when due.
 func (b *Broker) clean(force bool) {
+	parts := b.replicaPartitions() // in a cluster each replica cleans its own log, as Kafka's do
 	for _, t := range b.snapshot() {
-		if !b.effective(t.config()).CleanupPolicy.compacts() {
+		parts = append(parts, t.online()...)
+	}
+	compacts := map[string]bool{}
+	for _, p := range parts {
+		if b.closed.Load() {
+			return
+		}
+		c, ok := compacts[p.Topic()]
+		if !ok {
+			_, eff, err := b.route(p.Topic()).settings(p.Topic())
+			c = err == nil && eff.CleanupPolicy.compacts()
+			compacts[p.Topic()] = c
+		}
+		if !c {
 			continue
 		}
-		for _, p := range t.online() {
-			if b.closed.Load() {
-				return
-			}
-			if _, err := p.Log().Clean(force); err != nil && !errors.Is(err, log.ErrClosed) {
-				b.logger.Warn("compaction failed", "topic", t.name, "partition", p.ID(), "err", err)
-			}
+		if _, err := p.Log().Clean(force); err != nil && !errors.Is(err, log.ErrClosed) {
+			b.logger.Warn("compaction failed", "topic", p.Topic(), "partition", p.ID(), "err", err)
 		}
 	}
 }
@@ -630,9 +623,11 @@ func (b *Broker) clean(force bool) {
 // dirty ratio, and reports what was done, summed over the partitions. An
 // offline partition is skipped and reported in the error.
 func (b *Broker) Compact(ctx context.Context, topicName string) (log.CleanStats, error) {
-	if b.clustered(topicName) && b.partitionCount(topicName) >= 0 {
-		return log.CleanStats{}, fmt.Errorf("spool: %s on replicated topic %q: %w", "Compact", topicName, errors.ErrUnsupported)
-	}
+	return b.route(topicName).compact(ctx, topicName)
+}
+
+func (s soloStore) compact(ctx context.Context, topicName string) (log.CleanStats, error) {
+	b := s.b
 	var sum log.CleanStats
 	t, err := b.topic(ctx, topicName, false)
 	if err != nil {
@@ -654,15 +649,7 @@ func (b *Broker) Compact(ctx context.Context, topicName string) (log.CleanStats,
 		if err != nil {
 			return sum, err
 		}
-		sum.Cleaned = sum.Cleaned || st.Cleaned
-		sum.SegmentsRead += st.SegmentsRead
-		sum.SegmentsWritten += st.SegmentsWritten
-		sum.BytesRead += st.BytesRead
-		sum.BytesWritten += st.BytesWritten
-		sum.RecordsRead += st.RecordsRead
-		sum.RecordsKept += st.RecordsKept
-		sum.TombstonesRemoved += st.TombstonesRemoved
-		sum.Duration += st.Duration
+		addCleanStats(&sum, st)
 	}
 	return sum, errors.Join(offline...)
 }
@@ -683,9 +670,7 @@ func (b *Broker) maintain() {
 	for _, t := range b.snapshot() {
 		all = append(all, tparts{t.name, t.online()})
 	}
-	if b.cl != nil {
-		all = append(all, tparts{"", b.replicaPartitions()})
-	}
+	all = append(all, tparts{"", b.replicaPartitions()}) // none unless in a cluster
 	for _, t := range all {
 		for _, p := range t.parts {
 			if b.closed.Load() {
@@ -715,8 +700,8 @@ func (b *Broker) Close() error {
 	}
 	b.mu.Unlock()
 	var cerr error
-	if b.cl != nil {
-		cerr = b.cl.leave(b)
+	for _, st := range b.stores() {
+		cerr = errors.Join(cerr, st.leave())
 	}
 	close(b.bgStop)
 	<-b.bgDone

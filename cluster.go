@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -152,6 +151,19 @@ type clusterBackend interface {
 	// replicatesOffsets reports whether __consumer_offsets is one of the
 	// cluster's topics (else each broker keeps its own).
 	replicatesOffsets() bool
+	// remoteLeader and remoteReader reach a partition's leader in another
+	// process (nil if there is none such).
+	remoteLeader(topic string, n, broker, epoch int32) leaderHandle
+	remoteReader(tp TopicPartition, broker, epoch int32) readable
+	// topicIdentity is a topic's id (zero if the cluster keeps none) and
+	// which brokers are down.
+	topicIdentity(name string) (TopicID, func(broker int32) bool)
+}
+
+// topicIdentity implements clusterBackend: a LocalCluster keeps no topic
+// ids, and its brokers' liveness is the controller's business.
+func (c *LocalCluster) topicIdentity(string) (TopicID, func(int32) bool) {
+	return TopicID{}, func(int32) bool { return false }
 }
 
 // join implements clusterBackend.
@@ -378,53 +390,18 @@ func (b *Broker) replicatedTopic(ctx context.Context, name string, create bool) 
 	return cfg, states, err
 }
 
-// clustered reports whether a topic of that name lives in the cluster
-// rather than in this broker alone: on a broker in a cluster every topic,
-// but in a LocalCluster the internal offsets topic.
-func (b *Broker) clustered(name string) bool {
-	return b.cl != nil && (name != OffsetsTopic || b.cl.replicatesOffsets())
-}
-
-// partitionCount is a topic's partition count, -1 if there is no such
-// topic.
-func (b *Broker) partitionCount(name string) int32 {
-	if b.clustered(name) {
-		_, states, err := b.cl.topic(context.Background(), name)
-		if err != nil {
-			return -1
-		}
-		return int32(len(states))
-	}
-	if t := b.snapshot()[name]; t != nil {
-		return int32(len(t.partitions()))
-	}
-	return -1
-}
-
-// clusterTopics lists the cluster's topics.
-func (b *Broker) clusterTopics() []string {
-	names := b.cl.topicNames()
-	sort.Strings(names)
-	return names
-}
-
-// describeReplicated describes a replicated topic, each partition as its
-// leader sees it.
-func (b *Broker) describeReplicated(name string) (TopicDescription, error) {
+// describe describes a topic of the cluster, each partition as its leader
+// sees it (offsets -1 where the leader is in another process).
+func (s clusterStore) describe(name string) (TopicDescription, error) {
+	b := s.b
 	cfg, states, err := b.replicatedTopic(context.Background(), name, false)
 	if err != nil {
 		return TopicDescription{}, err
 	}
 	d := TopicDescription{Name: name, Config: b.effective(cfg), Internal: name == OffsetsTopic}
 	d.Config.Partitions = int32(len(states))
-	offline := func(int32) bool { return false }
-	if b.nc != nil {
-		im := b.nc.q.Image()
-		if t, ok := im.Topic(name); ok {
-			d.ID, _ = ParseTopicID(t.ID)
-		}
-		offline = func(id int32) bool { br, ok := im.Broker(id); return !ok || br.Fenced }
-	}
+	var offline func(int32) bool
+	d.ID, offline = b.cl.topicIdentity(name)
 	for _, st := range states {
 		pd := PartitionDescription{Partition: st.Partition, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch,
 			Replicas: st.Replicas, ISR: st.ISR, StartOffset: -1, EndOffset: -1, HighWatermark: -1, OfflineReplicas: []int32{}}

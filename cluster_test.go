@@ -230,7 +230,7 @@ func TestClusterRefusals(t *testing.T) {
 		require.True(t, errors.Is(err, errors.ErrUnsupported), "%s: %v", name, err)
 	}
 	_, err = bs[0].Compact(ctx, "r")
-	require.ErrorIs(t, err, errors.ErrUnsupported)
+	require.ErrorIs(t, err, ErrInvalidConfig, "not a compacted topic")
 
 	// acks=all with the ISR below MinInSyncReplicas: refused, then the
 	// producer gives up at its delivery timeout.

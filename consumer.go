@@ -173,18 +173,9 @@ func (c *Consumer) Assign(topic string, partitions ...int32) error {
 	if c.grp != nil {
 		return ErrGroupMode
 	}
-	var parts []*partition.Partition
-	var offline func(n int32) error
-	count := c.b.partitionCount(topic)
-	if !c.b.clustered(topic) {
-		t, err := c.b.topic(context.Background(), topic, false)
-		if err != nil {
-			return err
-		}
-		parts, offline = t.partitions(), t.offlineError
-		count = int32(len(parts))
-	} else if count < 0 {
-		return fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+	count, parts, offline, err := c.b.route(topic).consumerParts(topic)
+	if err != nil {
+		return err
 	}
 	if len(partitions) == 0 {
 		for i := int32(0); i < count; i++ {

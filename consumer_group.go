@@ -342,9 +342,9 @@ func (c *Consumer) assign(tps []TopicPartition) error {
 			continue // deleted since the leader assigned it
 		}
 		a := &assignment{tp: tp}
-		if t := c.b.snapshot()[tp.Topic]; t != nil && !c.b.clustered(tp.Topic) {
-			if a.part = t.partitions()[tp.Partition]; a.part == nil {
-				a.offline = t.offlineError(tp.Partition)
+		if _, parts, offline, err := c.b.route(tp.Topic).consumerParts(tp.Topic); err == nil && parts != nil {
+			if a.part = parts[tp.Partition]; a.part == nil {
+				a.offline = offline(tp.Partition)
 			}
 		}
 		if o, ok := committed[tp]; ok && o.Offset >= 0 {

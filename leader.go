@@ -43,8 +43,10 @@ func (b *Broker) leaderFor(ctx context.Context, topic string, n int32) (leaderHa
 		return rs, nil
 	}
 	var nl *replica.NotLeaderError
-	if b.nc != nil && errors.As(err, &nl) && nl.Leader >= 0 && nl.Leader != b.opts.NodeID {
-		return &remoteLeader{nc: b.nc, broker: nl.Leader, epoch: nl.LeaderEpoch, topic: topic, part: n}, nil
+	if errors.As(err, &nl) && nl.Leader >= 0 && nl.Leader != b.opts.NodeID {
+		if h := b.cl.remoteLeader(topic, n, nl.Leader, nl.LeaderEpoch); h != nil {
+			return h, nil
+		}
 	}
 	return nil, err
 }
@@ -141,11 +143,32 @@ func (b *Broker) readerFor(ctx context.Context, tp TopicPartition) (readable, er
 		return rs.Partition(), nil
 	}
 	var nl *replica.NotLeaderError
-	if b.nc != nil && errors.As(err, &nl) && nl.Leader >= 0 && nl.Leader != b.opts.NodeID {
-		return b.nc.remotePartition(tp, nl.Leader, nl.LeaderEpoch), nil
+	if errors.As(err, &nl) && nl.Leader >= 0 && nl.Leader != b.opts.NodeID {
+		if r := b.cl.remoteReader(tp, nl.Leader, nl.LeaderEpoch); r != nil {
+			return r, nil
+		}
 	}
 	return nil, err
 }
+
+// remoteLeader implements clusterBackend: a leader in another process,
+// written to over the Kafka protocol.
+func (nc *netCluster) remoteLeader(topic string, n, broker, epoch int32) leaderHandle {
+	return &remoteLeader{nc: nc, broker: broker, epoch: epoch, topic: topic, part: n}
+}
+
+// remoteReader implements clusterBackend: a leader in another process,
+// read over the Kafka protocol.
+func (nc *netCluster) remoteReader(tp TopicPartition, broker, epoch int32) readable {
+	return nc.remotePartition(tp, broker, epoch)
+}
+
+// remoteLeader implements clusterBackend: every leader of a LocalCluster
+// is in this process.
+func (c *LocalCluster) remoteLeader(string, int32, int32, int32) leaderHandle { return nil }
+
+// remoteReader implements clusterBackend.
+func (c *LocalCluster) remoteReader(TopicPartition, int32, int32) readable { return nil }
 
 // remotePollInterval is how often a consumer looks again at a partition
 // led by another process when it found nothing new there (it cannot wait

@@ -698,6 +698,16 @@ func (nc *netCluster) topicNames() []string { return nc.q.Image().Topics() }
 
 func (nc *netCluster) replicatesOffsets() bool { return true }
 
+// topicIdentity implements clusterBackend from the node's metadata image.
+func (nc *netCluster) topicIdentity(name string) (TopicID, func(int32) bool) {
+	im := nc.q.Image()
+	var id TopicID
+	if t, ok := im.Topic(name); ok {
+		id, _ = ParseTopicID(t.ID)
+	}
+	return id, func(b int32) bool { br, ok := im.Broker(b); return !ok || br.Fenced }
+}
+
 func (nc *netCluster) createTopic(ctx context.Context, name string, own, eff TopicConfig) error {
 	data, err := encodeTopicSpec(own)
 	if err != nil {

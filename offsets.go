@@ -189,23 +189,14 @@ func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) 
 			recs[i].Value = encodeOffsetValue(c.OffsetAndMetadata)
 		}
 	}
-	if s.b.clustered(OffsetsTopic) {
-		n := s.b.partitionCount(OffsetsTopic)
-		if n <= 0 {
-			return fmt.Errorf("%w: %s does not exist", ErrNotCoordinator, OffsetsTopic)
-		}
-		rs, err := s.b.cl.leader(context.Background(), OffsetsTopic, offsetsPartitionFor(groupID, n))
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrNotCoordinator, err)
-		}
-		batch, err := record.NewBatch(recs, record.BatchOptions{})
-		if err != nil {
-			return err
-		}
-		_, err = rs.Append(context.Background(), batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: true, Timeout: 10 * time.Second})
-		return err
-	}
-	t, err := s.b.offsetsTopic(context.Background())
+	return s.b.route(OffsetsTopic).appendCommitted(context.Background(), OffsetsTopic, groupID, recs)
+}
+
+// appendCommitted appends a group's offset records to its partition of
+// the broker's own offsets topic (created on first use): durable when it
+// returns, under the broker's flush policy.
+func (s soloStore) appendCommitted(ctx context.Context, topic, groupID string, recs []record.Record) error {
+	t, err := s.b.offsetsTopic(ctx)
 	if err != nil {
 		return err
 	}
@@ -217,6 +208,26 @@ func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) 
 	return err
 }
 
+// appendCommitted appends a group's offset records to its partition of the
+// cluster's offsets topic at its leader - this broker, the group's
+// coordinator - and waits until they are committed (acks=all).
+func (s clusterStore) appendCommitted(ctx context.Context, topic, groupID string, recs []record.Record) error {
+	n := s.b.partitionCount(topic)
+	if n <= 0 {
+		return fmt.Errorf("%w: %s does not exist", ErrNotCoordinator, topic)
+	}
+	rs, err := s.b.cl.leader(ctx, topic, offsetsPartitionFor(groupID, n))
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNotCoordinator, err)
+	}
+	batch, err := record.NewBatch(recs, record.BatchOptions{})
+	if err != nil {
+		return err
+	}
+	_, err = rs.Append(ctx, batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: true, Timeout: 10 * time.Second})
+	return err
+}
+
 // PrepareGroups creates the internal offsets topic (__consumer_offsets) now
 // if it does not exist yet, rather than at the first committed offset. A
 // server calls it at startup: creating the topic's partitions takes a while
@@ -224,12 +235,18 @@ func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) 
 // behind the first commit otherwise. A cluster node creates it when the
 // first group looks for its coordinator, once enough brokers have joined.
 func (b *Broker) PrepareGroups(ctx context.Context) error {
-	if b.clustered(OffsetsTopic) {
-		return nil
-	}
-	_, err := b.offsetsTopic(ctx)
+	return b.route(OffsetsTopic).prepareGroups(ctx)
+}
+
+func (s soloStore) prepareGroups(ctx context.Context) error {
+	_, err := s.b.offsetsTopic(ctx)
 	return err
 }
+
+// prepareGroups does nothing in a cluster: the offsets topic is created
+// when the first group looks for its coordinator, once enough brokers
+// have joined to replicate it.
+func (s clusterStore) prepareGroups(ctx context.Context) error { return nil }
 
 // offsetsTopicConfig is the offsets topic's own settings: compacted, kept
 // forever, so that every group's latest commit stays; in a cluster rf

@@ -20,9 +20,11 @@ func (b *Broker) Produce(ctx context.Context, rec Record) (RecordMetadata, error
 	if err := ctx.Err(); err != nil {
 		return RecordMetadata{}, err
 	}
-	if b.clustered(rec.Topic) {
-		return b.produceReplicated(ctx, rec)
-	}
+	return b.route(rec.Topic).produce(ctx, rec)
+}
+
+func (s soloStore) produce(ctx context.Context, rec Record) (RecordMetadata, error) {
+	b := s.b
 	t, err := b.topic(ctx, rec.Topic, true)
 	if err != nil {
 		return RecordMetadata{}, err

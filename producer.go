@@ -312,12 +312,13 @@ func (p *Producer) topicState(ctx context.Context, name string) (*producerTopic,
 	}
 	pt := p.topics[name]
 	p.mu.Unlock()
-	if p.b.clustered(name) {
-		if pt != nil {
-			return pt, nil
-		}
-		return p.replicatedTopicState(ctx, name)
-	}
+	return p.b.route(name).producerTopic(ctx, p, name, pt)
+}
+
+// producerTopic is topicState for a topic of the broker's own registry: a
+// producer's state for it, valid while the topic is the same (not deleted
+// and created again); cached is the state it had.
+func (s soloStore) producerTopic(ctx context.Context, p *Producer, name string, pt *producerTopic) (*producerTopic, error) {
 	if pt != nil && p.b.snapshot()[name] == pt.t {
 		return pt, nil
 	}

@@ -39,14 +39,20 @@ func (b *Broker) ProduceBatch(ctx context.Context, topic string, n int32, batch 
 	if b.closed.Load() {
 		return -1, ErrClosed
 	}
-	if !b.clustered(topic) {
-		p, err := b.Partition(topic, n)
-		if err != nil {
-			return -1, err
-		}
-		base, _, err := p.AppendProduced(batch)
-		return base, b.wrapClosed(err)
+	return b.route(topic).produceBatch(ctx, topic, n, batch, opts)
+}
+
+func (s soloStore) produceBatch(ctx context.Context, topic string, n int32, batch record.Batch, opts ProduceOptions) (int64, error) {
+	p, err := s.b.Partition(topic, n)
+	if err != nil {
+		return -1, err
 	}
+	base, _, err := p.AppendProduced(batch)
+	return base, s.b.wrapClosed(err)
+}
+
+func (s clusterStore) produceBatch(ctx context.Context, topic string, n int32, batch record.Batch, opts ProduceOptions) (int64, error) {
+	b := s.b
 	rs, err := b.cl.leader(ctx, topic, n)
 	if err != nil {
 		return -1, err
@@ -72,9 +78,17 @@ func (b *Broker) ProduceBatch(ctx context.Context, topic string, n int32, batch 
 // one with replica.ErrUnknownLeaderEpoch (KIP-320). A cluster node that
 // does not lead the partition answers with a *replica.NotLeaderError.
 func (b *Broker) LeaderPartition(topic string, n int32, leaderEpoch int32) (*partition.Partition, error) {
-	if !b.clustered(topic) {
-		return b.Partition(topic, n)
-	}
+	return b.route(topic).leaderPartition(topic, n, leaderEpoch)
+}
+
+// leaderPartition on one broker: the partition; the client's epoch is
+// checked by the server against the partition's.
+func (s soloStore) leaderPartition(topic string, n int32, _ int32) (*partition.Partition, error) {
+	return s.b.Partition(topic, n)
+}
+
+func (s clusterStore) leaderPartition(topic string, n int32, leaderEpoch int32) (*partition.Partition, error) {
+	b := s.b
 	if b.closed.Load() {
 		return nil, ErrClosed
 	}

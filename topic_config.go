@@ -28,13 +28,11 @@ func (b *Broker) TopicDefaults() TopicConfig { return b.effective(TopicConfig{})
 // effective settings, every default filled in and Partitions its partition
 // count.
 func (b *Broker) TopicSettings(name string) (own, effective TopicConfig, err error) {
-	if b.clustered(name) {
-		own, _, err = b.replicatedTopic(context.Background(), name, false)
-		if err != nil {
-			return own, effective, err
-		}
-		return own, b.effective(own), nil
-	}
+	return b.route(name).settings(name)
+}
+
+func (s soloStore) settings(name string) (own, effective TopicConfig, err error) {
+	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
@@ -74,15 +72,11 @@ func (b *Broker) CheckTopicConfig(cfg TopicConfig) error {
 // alter runs with the broker's topic lock held, so concurrent changes to one
 // topic apply one after the other; it must not call the Broker.
 func (b *Broker) AlterTopicConfig(ctx context.Context, name string, alter func(own TopicConfig) (TopicConfig, error)) error {
-	if b.clustered(name) {
-		if b.closed.Load() {
-			return ErrClosed
-		}
-		if b.partitionCount(name) < 0 {
-			return fmt.Errorf("%w: %q", ErrUnknownTopic, name)
-		}
-		return b.wrapTopicErr(name, b.cl.alterTopicConfig(ctx, name, alter))
-	}
+	return b.route(name).alterTopicConfig(ctx, name, alter)
+}
+
+func (s soloStore) alterTopicConfig(ctx context.Context, name string, alter func(own TopicConfig) (TopicConfig, error)) error {
+	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed.Load() {
