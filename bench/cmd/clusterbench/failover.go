@@ -17,12 +17,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// The failover test's topic: one partition on all three brokers, acks=all
-// needing two of them.
+// The failover test's topic: by default a partition led by each of the
+// three brokers (so that the active controller leads one too), each on all
+// three, acks=all needing two of them.
 const failoverTopic = "failover"
 
 // failoverClient is a producer configuration the failover test runs:
-// every client produces to the partition at the same time, so that each
+// every client produces to the partitions at the same time, so that each
 // kill is measured with each.
 type failoverClient struct {
 	name string
@@ -47,38 +48,45 @@ func javaBackoff(fails int) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// killResult is what one SIGKILL of the partition's leader measured. The
+// killResult is what one SIGKILL of a partition's leader measured. The
 // durations count from the moment before the signal; a negative one was
 // not observed.
 type killResult struct {
 	victim        int32 // the leader killed
+	partition     int32 // the partition measured, one the victim led
 	wasController bool  // the victim was the active controller too
-	// ack: per failoverClients, the first acks=all acknowledgement from
-	// another broker (what the test is about), and that broker.
+	// ack: per failoverClients, the first acks=all acknowledgement for the
+	// partition from another broker (what the test is about), and that
+	// broker.
 	ack       []time.Duration
 	successor []int32
+	// others: per failoverClients, when the acknowledgements resumed on the
+	// partitions whose leader survived (the last of them): the first after
+	// the victim was fenced. Their ISR held the victim until then.
+	others []time.Duration
 	// fenced: the (new) active controller logged that the victim's session
 	// expired and fenced it, moving its leaderships (detection).
 	fenced time.Duration
 	// controller: a surviving voter logged that it became the active
 	// controller (only when the victim was the controller).
 	controller time.Duration
-	// visible: a surviving broker's Metadata named the new leader (with a
-	// higher leader epoch): detection and election done, as a client can
-	// see.
+	// visible: a surviving broker's Metadata named the partition's new
+	// leader (with a higher leader epoch): detection and election done, as
+	// a client can see.
 	visible time.Duration
 	// rejoined: from the restart of the victim until it was back in the
-	// partition's ISR.
+	// ISR of every partition.
 	rejoined time.Duration
 }
 
 // ackEvent is a batch acknowledged by a broker.
 type ackEvent struct {
-	at   time.Time
-	node int32
+	at        time.Time
+	node      int32
+	partition int32
 }
 
-// ackLog collects the producer's acknowledged batches (kgo's
+// ackLog collects a producer's acknowledged batches (kgo's
 // HookProduceBatchWritten), to tell which broker acknowledged when.
 type ackLog struct {
 	mu     sync.Mutex
@@ -86,21 +94,21 @@ type ackLog struct {
 }
 
 // OnProduceBatchWritten implements kgo.HookProduceBatchWritten.
-func (l *ackLog) OnProduceBatchWritten(meta kgo.BrokerMetadata, _ string, _ int32, _ kgo.ProduceBatchMetrics) {
+func (l *ackLog) OnProduceBatchWritten(meta kgo.BrokerMetadata, _ string, partition int32, _ kgo.ProduceBatchMetrics) {
 	now := time.Now()
 	l.mu.Lock()
-	l.events = append(l.events, ackEvent{now, meta.NodeID})
+	l.events = append(l.events, ackEvent{now, meta.NodeID, partition})
 	l.mu.Unlock()
 }
 
-// first returns the first acknowledgement at or after since by a broker
-// other than not.
-func (l *ackLog) first(since time.Time, not int32) (ackEvent, bool) {
+// first returns the first acknowledgement for partition at or after since
+// by a broker other than not.
+func (l *ackLog) first(since time.Time, partition, not int32) (ackEvent, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i, _ := slices.BinarySearchFunc(l.events, since, func(e ackEvent, t time.Time) int { return e.at.Compare(t) })
 	for _, e := range l.events[i:] {
-		if e.node != not {
+		if e.partition == partition && e.node != not {
 			return e, true
 		}
 	}
@@ -109,21 +117,28 @@ func (l *ackLog) first(since time.Time, not int32) (ackEvent, bool) {
 
 // failoverConfig is the failover test's settings.
 type failoverConfig struct {
-	kills  int
-	rate   float64       // the producer's records/s
-	settle time.Duration // after the victim is back in the ISR, before the next kill
-	size   int
+	kills int
+	// controllerEvery makes every controllerEvery-th kill that of the
+	// active controller (which leads a partition too); 0: no kill is
+	// chosen for it. In a cluster of three combined nodes a third of the
+	// leaders are the controller's.
+	controllerEvery int
+	rate            float64       // each producer's records/s, over all partitions
+	settle          time.Duration // after the victim is back in the ISR, before the next kill
+	size            int
+	partitions      int    // of the topic
+	clientLog       string // file for the producers' kgo debug log, if set
 }
 
 // failover runs the kills on c: while a producer per failoverClients
-// writes continuously to the topic's one partition, it SIGKILLs the
+// writes continuously to every partition of the topic, it SIGKILLs a
 // partition's leader, waits for each producer's first acknowledgement from
-// another broker, restarts the killed node and waits for it to be back in
-// the ISR, cfg.kills times. progress gets a line per kill. It returns the
-// kills and the records that failed for good (none should: kgo retries
-// until it succeeds).
+// another broker for that partition, restarts the killed node and waits
+// for it to be back in every ISR, cfg.kills times. progress gets a line per
+// kill. It returns the kills and the records that failed for good (none
+// should: kgo retries until it succeeds).
 func failover(ctx context.Context, c *cluster, cfg failoverConfig, progress io.Writer) (results []killResult, recordErrs int64, err error) {
-	if err := c.createTopic(ctx, failoverTopic, 1, 3, 2); err != nil {
+	if err := c.createTopic(ctx, failoverTopic, cfg.partitions, 3, 2); err != nil {
 		return nil, 0, err
 	}
 	admin, err := c.client()
@@ -136,13 +151,34 @@ func failover(ctx context.Context, c *cluster, cfg failoverConfig, progress io.W
 	var lastErr atomic.Pointer[error]
 	pctx, stopProducing := context.WithCancel(ctx)
 	var producing sync.WaitGroup
+	defer func() {
+		stopProducing()
+		producing.Wait()
+		recordErrs = errCount.Load()
+		if p := lastErr.Load(); p != nil {
+			fmt.Fprintf(progress, "failover: %d records failed, the last with: %v\n", recordErrs, *p)
+		}
+	}()
+	var clientLog io.Writer
+	if cfg.clientLog != "" {
+		f, err := os.Create(cfg.clientLog)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer f.Close()
+		clientLog = f
+	}
 	acks := make([]*ackLog, len(failoverClients))
 	for i, fc := range failoverClients {
 		acks[i] = &ackLog{}
-		prod, err := c.client(append([]kgo.Opt{kgo.DefaultProduceTopic(failoverTopic), kgo.WithHooks(acks[i])}, fc.opts...)...)
+		opts := []kgo.Opt{kgo.DefaultProduceTopic(failoverTopic), kgo.WithHooks(acks[i]), kgo.RecordPartitioner(kgo.ManualPartitioner())}
+		if clientLog != nil {
+			opts = append(opts, kgo.WithLogger(kgo.BasicLogger(clientLog, kgo.LogLevelDebug, func() string {
+				return time.Now().UTC().Format("15:04:05.000 ") + fc.name + " "
+			})))
+		}
+		prod, err := c.client(append(opts, fc.opts...)...)
 		if err != nil {
-			stopProducing()
-			producing.Wait()
 			return nil, 0, err
 		}
 		producing.Go(func() {
@@ -153,17 +189,10 @@ func failover(ctx context.Context, c *cluster, cfg failoverConfig, progress io.W
 			})
 		})
 	}
-	defer func() {
-		stopProducing()
-		producing.Wait()
-		recordErrs = errCount.Load()
-		if p := lastErr.Load(); p != nil {
-			fmt.Fprintf(progress, "failover: %d records failed, the last with: %v\n", recordErrs, *p)
-		}
-	}()
 
 	for k := range cfg.kills {
-		r, err := killLeader(ctx, c, admin, acks)
+		wantController := cfg.controllerEvery > 0 && k%cfg.controllerEvery == cfg.controllerEvery-1
+		r, err := killLeader(ctx, c, cfg, admin, acks, wantController, k)
 		if err != nil {
 			return results, 0, fmt.Errorf("kill %d: %w", k+1, err)
 		}
@@ -172,18 +201,20 @@ func failover(ctx context.Context, c *cluster, cfg failoverConfig, progress io.W
 		if r.wasController {
 			line += " (controller)"
 		}
+		line += fmt.Sprintf(", partition %d", r.partition)
 		for i, fc := range failoverClients {
-			line += fmt.Sprintf("; %s: first ack %v from %d", fc.name, ms(r.ack[i]), r.successor[i])
+			line += fmt.Sprintf("; %s: first ack %v from %d, others resumed %v", fc.name, ms(r.ack[i]), r.successor[i], ms(r.others[i]))
 		}
-		fmt.Fprintf(progress, "%s; fenced %v, controller %v, visible %v; back in ISR %v after restart\n",
+		fmt.Fprintf(progress, "%s; fenced %v, controller %v, visible %v; back in the ISRs %v after restart\n",
 			line, ms(r.fenced), ms(r.controller), ms(r.visible), ms(r.rejoined))
 		time.Sleep(cfg.settle)
 	}
 	return results, 0, nil
 }
 
-// produceSteadily produces cfg.rate records/s with prod until ctx ends,
-// then flushes; failed is called for every record that failed.
+// produceSteadily produces cfg.rate records/s with prod, to the partitions
+// in turn, until ctx ends, then flushes; failed is called for every record
+// that failed.
 func produceSteadily(ctx context.Context, prod *kgo.Client, cfg failoverConfig, failed func(error)) {
 	vals := newValues(cfg.size)
 	interval := time.Duration(float64(time.Second) / cfg.rate)
@@ -192,7 +223,8 @@ func produceSteadily(ctx context.Context, prod *kgo.Client, cfg failoverConfig, 
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 			time.Sleep(d)
 		}
-		prod.Produce(ctx, &kgo.Record{Value: vals.value(i, time.Now())}, func(_ *kgo.Record, err error) {
+		rec := &kgo.Record{Partition: int32(i % cfg.partitions), Value: vals.value(i, time.Now())}
+		prod.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				failed(err)
 			}
@@ -203,40 +235,57 @@ func produceSteadily(ctx context.Context, prod *kgo.Client, cfg failoverConfig, 
 	prod.Flush(fctx)
 }
 
-// partitionState is the failover partition as a broker's metadata says.
+// partitionState is a partition as a broker's metadata says.
 type partitionState struct {
 	leader, epoch int32
 	isr           []int32
 }
 
-func failoverPartition(m *kmsg.MetadataResponse) (partitionState, bool) {
-	if len(m.Topics) != 1 || m.Topics[0].ErrorCode != 0 || len(m.Topics[0].Partitions) != 1 {
-		return partitionState{}, false
+// failoverState returns the failover topic's n partitions from a Metadata
+// response, false unless every one is there without error.
+func failoverState(m *kmsg.MetadataResponse, n int) ([]partitionState, bool) {
+	if len(m.Topics) != 1 || m.Topics[0].ErrorCode != 0 || len(m.Topics[0].Partitions) != n {
+		return nil, false
 	}
-	p := m.Topics[0].Partitions[0]
-	return partitionState{leader: p.Leader, epoch: p.LeaderEpoch, isr: p.ISR}, p.ErrorCode == 0
+	out := make([]partitionState, n)
+	for _, p := range m.Topics[0].Partitions {
+		if p.ErrorCode != 0 || p.Partition < 0 || int(p.Partition) >= n {
+			return nil, false
+		}
+		out[p.Partition] = partitionState{leader: p.Leader, epoch: p.LeaderEpoch, isr: p.ISR}
+	}
+	return out, true
 }
 
-// killLeader kills the partition's leader once the producer is being
-// acknowledged by it, measures until the successor's first
-// acknowledgement, and restarts the victim.
-func killLeader(ctx context.Context, c *cluster, admin *kgo.Client, acks []*ackLog) (killResult, error) {
-	r := killResult{ack: make([]time.Duration, len(acks)), successor: make([]int32, len(acks))}
-	var before partitionState
-	// A healthy start: full ISR, and the leader acknowledging now.
-	err := poll(ctx, 60*time.Second, "a full ISR and acknowledgements from the leader", func(ctx context.Context) (bool, error) {
+// killLeader kills a partition's leader once every partition has its full
+// ISR and every producer is being acknowledged, measures until each
+// producer's first acknowledgement from the successor, and restarts the
+// victim. With wantController the victim is the active controller (if it
+// leads a partition), else a leader that is not the controller (if there
+// is one), the k-th such in turn.
+func killLeader(ctx context.Context, c *cluster, cfg failoverConfig, admin *kgo.Client, acks []*ackLog, wantController bool, k int) (killResult, error) {
+	r := killResult{ack: make([]time.Duration, len(acks)), successor: make([]int32, len(acks)), others: make([]time.Duration, len(acks))}
+	var before []partitionState
+	err := poll(ctx, 60*time.Second, "full ISRs and acknowledgements from every leader", func(ctx context.Context) (bool, error) {
 		m, err := metadata(ctx, admin, failoverTopic)
 		if err != nil {
 			return false, nil
 		}
-		st, ok := failoverPartition(m)
-		if !ok || st.leader < 0 || len(st.isr) != len(c.nodes) {
+		st, ok := failoverState(m, cfg.partitions)
+		if !ok {
 			return false, nil
+		}
+		for _, p := range st {
+			if p.leader < 0 || len(p.isr) != len(c.nodes) {
+				return false, nil
+			}
 		}
 		before = st
 		for _, a := range acks {
-			if _, ok := a.first(time.Now().Add(-100*time.Millisecond), -2); !ok {
-				return false, nil
+			for p := range len(before) {
+				if _, ok := a.first(time.Now().Add(-200*time.Millisecond), int32(p), -2); !ok {
+					return false, nil
+				}
 			}
 		}
 		return true, nil
@@ -244,17 +293,38 @@ func killLeader(ctx context.Context, c *cluster, admin *kgo.Client, acks []*ackL
 	if err != nil {
 		return r, err
 	}
-	victim := c.byID(before.leader)
-	if victim == nil {
-		return r, fmt.Errorf("the leader %d is no node of the cluster", before.leader)
-	}
-	r.victim = victim.id
+	controller := int32(-1)
 	dreq := kmsg.NewPtrDescribeClusterRequest()
 	if dresp, err := dreq.RequestWith(ctx, admin); err == nil && dresp.ErrorCode == 0 {
-		r.wasController = dresp.ControllerID == victim.id
+		controller = dresp.ControllerID
 	}
+	var others []int32 // leaders that are not the controller
+	leadsSome := false
+	for _, p := range before {
+		if p.leader == controller {
+			leadsSome = true
+		} else if !slices.Contains(others, p.leader) {
+			others = append(others, p.leader)
+		}
+	}
+	slices.Sort(others)
+	switch {
+	case (wantController || len(others) == 0) && leadsSome:
+		r.victim = controller
+	case len(others) > 0:
+		r.victim = others[k%len(others)]
+	default:
+		return r, fmt.Errorf("no partition leader to kill (controller %d, partitions %v)", controller, before)
+	}
+	r.wasController = r.victim == controller
+	r.partition = int32(slices.IndexFunc(before, func(p partitionState) bool { return p.leader == r.victim }))
+	victim := c.byID(r.victim)
+	if victim == nil {
+		return r, fmt.Errorf("the leader %d is no node of the cluster", r.victim)
+	}
+	epoch := before[r.partition].epoch
 
-	// Watch each survivor's metadata for the new leader.
+	// Watch each survivor's metadata for the partition's new leader.
 	wctx, stopWatching := context.WithCancel(ctx)
 	defer stopWatching()
 	visible := make(chan time.Time, len(c.nodes))
@@ -272,10 +342,11 @@ func killLeader(ctx context.Context, c *cluster, admin *kgo.Client, acks []*ackL
 				resp, err := b.Request(rctx, req)
 				cancel()
 				if err == nil {
-					st, ok := failoverPartition(resp.(*kmsg.MetadataResponse))
-					if ok && st.leader >= 0 && st.leader != victim.id && st.epoch > before.epoch {
-						visible <- time.Now()
-						return
+					if st, ok := failoverState(resp.(*kmsg.MetadataResponse), cfg.partitions); ok {
+						if p := st[r.partition]; p.leader >= 0 && p.leader != victim.id && p.epoch > epoch {
+							visible <- time.Now()
+							return
+						}
 					}
 				}
 				select {
@@ -292,7 +363,7 @@ func killLeader(ctx context.Context, c *cluster, admin *kgo.Client, acks []*ackL
 	}
 	for i, a := range acks {
 		err = poll(ctx, 60*time.Second, "an acknowledgement from the successor", func(context.Context) (bool, error) {
-			e, ok := a.first(t0, victim.id)
+			e, ok := a.first(t0, r.partition, victim.id)
 			if ok {
 				r.ack[i], r.successor[i] = e.at.Sub(t0), e.node
 			}
@@ -329,7 +400,27 @@ func killLeader(ctx context.Context, c *cluster, admin *kgo.Client, acks []*ackL
 		}
 	}
 
-	// Restart the victim and wait until it is back in the ISR.
+	from := t0.Add(max(r.fenced, r.visible, 0))
+	for i, a := range acks {
+		r.others[i] = -1
+		for p, st := range before {
+			if st.leader == victim.id {
+				continue
+			}
+			err = poll(ctx, 60*time.Second, fmt.Sprintf("acknowledgements for partition %d", p), func(context.Context) (bool, error) {
+				e, ok := a.first(from, int32(p), -2)
+				if ok {
+					r.others[i] = max(r.others[i], e.at.Sub(t0))
+				}
+				return ok, nil
+			})
+			if err != nil {
+				return r, fmt.Errorf("%s: %w", failoverClients[i].name, err)
+			}
+		}
+	}
+
+	// Restart the victim and wait until it is back in every ISR.
 	restarted := time.Now()
 	if err := c.start(victim); err != nil {
 		return r, err
@@ -337,13 +428,21 @@ func killLeader(ctx context.Context, c *cluster, admin *kgo.Client, acks []*ackL
 	if err := c.waitListening(ctx, victim); err != nil {
 		return r, err
 	}
-	err = poll(ctx, 120*time.Second, fmt.Sprintf("node %d back in the ISR", victim.id), func(ctx context.Context) (bool, error) {
+	err = poll(ctx, 120*time.Second, fmt.Sprintf("node %d back in the ISRs", victim.id), func(ctx context.Context) (bool, error) {
 		m, err := metadata(ctx, admin, failoverTopic)
 		if err != nil {
 			return false, nil
 		}
-		st, ok := failoverPartition(m)
-		return ok && slices.Contains(st.isr, victim.id), nil
+		st, ok := failoverState(m, cfg.partitions)
+		if !ok {
+			return false, nil
+		}
+		for _, p := range st {
+			if !slices.Contains(p.isr, victim.id) {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 	if err != nil {
 		return r, fmt.Errorf("%w (log: %s)", err, tail(victim.logPath, 10))

@@ -69,10 +69,19 @@ type config struct {
 	failover       failoverConfig
 	failoverFlush  string
 	sessionTimeout time.Duration
+	nodeLogLevel   string
 
 	// warnings are what went wrong without spoiling a measurement (a node
 	// that would not stop); the run keeps its directory for them.
 	warnings *[]string
+}
+
+// nodeFlags are the flags every node gets besides --flush.
+func (cfg config) nodeFlags() []string {
+	if cfg.nodeLogLevel != "" {
+		return []string{"--log-level", cfg.nodeLogLevel}
+	}
+	return nil
 }
 
 // warn reports a problem that does not spoil the measurement, on stderr
@@ -102,9 +111,13 @@ func main() {
 	flag.DurationVar(&cfg.latencyDuration, "latency-duration", 5*time.Second, "how long each latency run produces")
 	flag.StringVar(&lingers, "latency-lingers", "10ms,0s", "the latency producer's linger, comma-separated (10ms is kgo's default)")
 	flag.IntVar(&cfg.failover.kills, "failover-kills", 30, "leaders killed in the failover test")
-	flag.Float64Var(&cfg.failover.rate, "failover-rate", 1000, "the failover producer's records/s")
+	flag.IntVar(&cfg.failover.partitions, "failover-partitions", 3, "partitions of the failover topic")
+	flag.IntVar(&cfg.failover.controllerEvery, "failover-controller-every", 3, "make every N-th kill that of the active controller (0: none on purpose)")
+	flag.Float64Var(&cfg.failover.rate, "failover-rate", 1500, "each failover producer's records/s, over the topic's 3 partitions")
 	flag.DurationVar(&cfg.failover.settle, "failover-settle", time.Second, "pause after a killed node is back in the ISR, before the next kill")
 	flag.StringVar(&cfg.failoverFlush, "failover-flush", "sync", "the nodes' --flush policy in the failover test")
+	flag.StringVar(&cfg.nodeLogLevel, "node-log-level", "", "the nodes' --log-level (default: theirs, info); their logs are in --dir")
+	flag.StringVar(&cfg.failover.clientLog, "failover-client-log", "", "write the failover producers' kgo debug log to this `file`")
 	flag.DurationVar(&cfg.sessionTimeout, "session-timeout", 0, "the nodes' --session-timeout (default: not passed, spool serve's default of 2s)")
 	flag.Parse()
 
@@ -125,6 +138,10 @@ func main() {
 	switch {
 	case cfg.runs < 1 || cfg.records < 1 || cfg.partitions < 1 || cfg.failover.kills < 1:
 		fatalf("--runs, --records, --partitions and --failover-kills must be at least 1")
+	case cfg.failover.partitions < 1:
+		fatalf("--failover-partitions must be at least 1")
+	case cfg.failover.controllerEvery < 0:
+		fatalf("--failover-controller-every must not be negative")
 	case cfg.size < 16:
 		fatalf("--size must be at least 16")
 	case cfg.failover.rate <= 0 || cfg.latencyFraction <= 0 || cfg.latencyRate < 0:
@@ -214,7 +231,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		printLatency(out, cfg, rows)
 	}
 	if slices.Contains(cfg.tests, "failover") {
-		extra := []string{"--flush", cfg.failoverFlush}
+		extra := append([]string{"--flush", cfg.failoverFlush}, cfg.nodeFlags()...)
 		if cfg.sessionTimeout > 0 {
 			extra = append(extra, "--session-timeout", cfg.sessionTimeout.String())
 		}
@@ -281,7 +298,7 @@ func runThroughput(ctx context.Context, cfg config, progress io.Writer) ([]throu
 // produces to each, the topics taking turns going first run by run.
 func throughputRun(ctx context.Context, cfg config, dir, policy string, run int) ([]produceResult, error) {
 	syscall.Sync() // no write-back inherited from the previous run
-	c, err := newCluster(ctx, cfg.bin, dir, 3, "--flush", policy)
+	c, err := newCluster(ctx, cfg.bin, dir, 3, append([]string{"--flush", policy}, cfg.nodeFlags()...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +391,7 @@ func runLatency(ctx context.Context, cfg config, rf3Rates map[string]float64, pr
 
 func latencyRun(ctx context.Context, cfg config, dir, policy string, n int, rate float64, linger time.Duration) (latencyResult, error) {
 	syscall.Sync()
-	c, err := newCluster(ctx, cfg.bin, dir, 3, "--flush", policy)
+	c, err := newCluster(ctx, cfg.bin, dir, 3, append([]string{"--flush", policy}, cfg.nodeFlags()...)...)
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -424,10 +441,14 @@ func printFailover(out io.Writer, cfg config, res []killResult, recordErrs int64
 	if cfg.sessionTimeout > 0 {
 		st = cfg.sessionTimeout.String()
 	}
-	fmt.Fprintf(out, "failover: %d SIGKILLs of the leader of a 1-partition RF3 topic (min.insync.replicas 2), --flush %s, session timeout %s; a producer of %.0f rec/s per client setting, all at once; %d records failed\n",
-		len(res), cfg.failoverFlush, st, cfg.failover.rate, recordErrs)
-	fmt.Fprintf(out, "ack = kill -> the first acks=all acknowledgement from the successor; its split: fenced = kill -> the controller fences the victim (detection); visible = kill -> a survivor's Metadata names the new leader (+ election); client = visible -> first ack\n")
-	header := []string{"client", "victim", "kills", "ack p50", "ack p99", "ack max", "fenced p50", "visible p50", "client p50", "client max", "controller p50", "rejoin p50"}
+	every := "none on purpose"
+	if cfg.failover.controllerEvery > 0 {
+		every = fmt.Sprintf("every %d", cfg.failover.controllerEvery)
+	}
+	fmt.Fprintf(out, "failover: %d SIGKILLs of a partition leader (the active controller's node %s) of a %d-partition RF3 topic (min.insync.replicas 2), --flush %s, session timeout %s; a producer of %.0f rec/s per client setting, all at once; %d records failed\n",
+		len(res), every, cfg.failover.partitions, cfg.failoverFlush, st, cfg.failover.rate, recordErrs)
+	fmt.Fprintf(out, "ack = kill -> the first acks=all acknowledgement for a partition the victim led, from its successor; split: fenced = kill -> the controller fences the victim (detection); visible = kill -> a survivor's Metadata names the new leader (+ election); client = visible -> first ack; others = kill -> acknowledgements resume on the partitions whose leader survived; controller = kill -> a new active controller; rejoin = restart -> back in every ISR\n")
+	header := []string{"client", "victim", "kills", "ack p50", "ack p99", "ack max", "fenced p50", "visible p50", "client p50", "client max", "others p50", "others max", "controller p50", "rejoin p50"}
 	var lines [][]string
 	groups := []struct {
 		name string
@@ -446,7 +467,7 @@ func printFailover(out io.Writer, cfg config, res []killResult, recordErrs int64
 				}
 			}
 			if len(rs) == 0 {
-				lines = append(lines, []string{fc.name, g.name, "0", "", "", "", "", "", "", "", "", ""})
+				lines = append(lines, []string{fc.name, g.name, "0", "", "", "", "", "", "", "", "", "", "", ""})
 				continue
 			}
 			pct := func(f func(killResult) time.Duration, p float64) string {
@@ -474,6 +495,8 @@ func printFailover(out io.Writer, cfg config, res []killResult, recordErrs int64
 				pct(func(r killResult) time.Duration { return r.fenced }, 0.5),
 				pct(func(r killResult) time.Duration { return r.visible }, 0.5),
 				pct(client, 0.5), pct(client, 1),
+				pct(func(r killResult) time.Duration { return r.others[ci] }, 0.5),
+				pct(func(r killResult) time.Duration { return r.others[ci] }, 1),
 				pct(func(r killResult) time.Duration { return r.controller }, 0.5),
 				pct(func(r killResult) time.Duration { return r.rejoined }, 0.5)})
 		}
