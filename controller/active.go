@@ -21,7 +21,8 @@ import (
 // replica, and commits its records as one Raft entry; it returns only once
 // the entry is applied here, so the next operation sees its effect. Broker
 // sessions live in the active controller's memory only (as in KRaft): a
-// new active controller starts every broker's session afresh.
+// new active controller starts every broker's session afresh (with half of
+// it gone: see activate).
 
 // watchLeadership turns the active controller on and off as this node's
 // Raft member gains and loses leadership, and runs the session checks.
@@ -66,11 +67,16 @@ func (q *Quorum) activate() {
 	}
 	q.opMu.Lock()
 	defer q.opMu.Unlock()
+	// Every broker's session starts afresh, but with half of it gone: a
+	// live broker heartbeats every quarter session and finds the new
+	// controller within a Raft heartbeat of its election, so half a
+	// session tells the dead from the live - and a broker that died with
+	// the old controller is fenced that much sooner.
 	now := time.Now()
 	im := q.Image()
 	q.sessions.Clear()
 	for _, b := range im.Brokers() {
-		q.touch(b.ID, b.Epoch, now)
+		q.touch(b.ID, b.Epoch, now.Add(-q.cfg.SessionTimeout/2))
 	}
 	q.assign = int(im.Index())
 	if im.ClusterID() == "" {

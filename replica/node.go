@@ -78,6 +78,10 @@ type Node struct {
 	closed bool
 
 	stop chan struct{}
+	// ctx ends when the node stops: requests to the controller made on the
+	// node's behalf (ISR changes) end with it.
+	ctx    context.Context
+	cancel context.CancelFunc
 	wg   sync.WaitGroup
 }
 
@@ -106,7 +110,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		lg = slog.New(slog.DiscardHandler)
 	}
 	lg = lg.With("broker", cfg.ID)
-	return &Node{cfg: cfg, id: cfg.ID, ctrl: cfg.Controller, net: cfg.Network, log: lg, sets: map[tp]*ReplicaSet{}, stop: make(chan struct{})}, nil
+	n := &Node{cfg: cfg, id: cfg.ID, ctrl: cfg.Controller, net: cfg.Network, log: lg, sets: map[tp]*ReplicaSet{}, stop: make(chan struct{})}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n, nil
 }
 
 // ID is the node's broker id.
@@ -333,6 +339,7 @@ func (n *Node) Halt() {
 	}
 	n.mu.Unlock()
 	close(n.stop)
+	n.cancel()
 	n.wg.Wait()
 	for _, r := range sets {
 		r.close()

@@ -413,7 +413,7 @@ func (r *ReplicaSet) resignIfDamaged() {
 	r.resignTried = st
 	r.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.node.ctx, 10*time.Second)
 	next, err := r.node.ctrl.Resign(ctx, ResignRequest{Topic: r.topic, Partition: r.id, Leader: st.Leader, LeaderEpoch: st.LeaderEpoch, Offset: offset})
 	cancel()
 	if err != nil {
@@ -463,7 +463,7 @@ func (r *ReplicaSet) proposeISR() {
 	leader := r.leader
 	r.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.node.ctx, 10*time.Second)
 	next, err := r.node.ctrl.AlterPartition(ctx, req)
 	cancel()
 
