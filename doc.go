@@ -10,7 +10,9 @@
 // opened with Options.Cluster set to one LocalCluster replicate their
 // topics' partitions between them: leaders, followers, in-sync replica sets,
 // acks=all and failover. Package transport serves a Broker to Kafka clients
-// over the network.
+// over the network, and transport.StartNode makes it a node of a cluster
+// of processes: a member of the Raft-backed controller quorum (package
+// controller) whose replicas follow their leaders over the Kafka protocol.
 //
 // # Layers
 //
@@ -18,7 +20,9 @@
 //
 //	cmd/spool, examples/   programs: the spool tool (serve, produce, consume, ...), runnable examples
 //	transport              the Kafka wire protocol: serve a Broker to Kafka clients
+//	clustertest            real spool serve clusters for tests: kill, stop, pause, restart, check
 //	spool (this package)   Broker: topics, producers, consumers, background jobs, clusters
+//	controller             the cluster's metadata quorum on hashicorp/raft: image, active controller
 //	group                  consumer groups: membership, rebalances, assignors, committed offsets
 //	replica                replication: ReplicaSet, ISR, high watermark, acks, leader epochs, controller
 //	partition              a log plus high watermark, leader-epoch cache, idempotent producers, fetch waits
