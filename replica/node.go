@@ -82,7 +82,7 @@ type Node struct {
 	// node's behalf (ISR changes) end with it.
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg   sync.WaitGroup
+	wg     sync.WaitGroup
 }
 
 // NewNode returns a node; Start registers it with the controller.
