@@ -290,6 +290,7 @@ func (n *Node) signalPause(sig syscall.Signal, paused bool) error {
 	if err := n.proc.cmd.Process.Signal(sig); err != nil {
 		return fmt.Errorf("clustertest: %v node %d: %w", sig, n.id, err)
 	}
+	waitStopped(n.proc.cmd.Process.Pid, paused)
 	n.proc.paused = paused
 	return nil
 }

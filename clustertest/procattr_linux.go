@@ -1,10 +1,14 @@
 package clustertest
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // The kernel sends a child its parent-death signal when the *thread* that
@@ -44,4 +48,29 @@ func startCmd(cmd *exec.Cmd) error {
 	r := spawnRequest{cmd: cmd, done: make(chan error, 1)}
 	spawner.reqs <- r
 	return <-r.done
+}
+
+// waitStopped waits (up to a second) until the kernel shows process pid
+// stopped by a signal, or running again: SIGSTOP and SIGCONT take effect
+// after kill returns, and a request sent in between could be answered by a
+// node that is about to be paused.
+func waitStopped(pid int, stopped bool) {
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		// The state follows the command name, which is in parentheses.
+		s := string(data)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || i+2 >= len(s) {
+			return
+		}
+		state := s[i+2]
+		if (state == 'T' || state == 't') == stopped {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

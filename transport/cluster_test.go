@@ -283,10 +283,13 @@ func TestClusterInProcessClientsReachRemoteLeaders(t *testing.T) {
 
 	b := c.running()[1].Broker()
 	leaders := map[int32]bool{}
-	for _, p := range c.metadata(ctx, cl, "t").Partitions {
-		leaders[p.Leader] = true
-	}
-	require.Greater(t, len(leaders), 1, "partitions led by more than one node")
+	require.Eventually(t, func() bool {
+		clear(leaders)
+		for _, p := range c.metadata(ctx, cl, "t").Partitions {
+			leaders[p.Leader] = true
+		}
+		return len(leaders) > 1
+	}, 10*time.Second, 20*time.Millisecond, "partitions led by more than one node")
 
 	p, err := b.NewProducer(spool.ProducerConfig{})
 	require.NoError(t, err)

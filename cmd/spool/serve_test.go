@@ -289,6 +289,10 @@ func TestServeLimits(t *testing.T) {
 	frame := apiVersions(1 << 20)
 	_, err := holder.Write(frame[:len(frame)-1])
 	require.NoError(t, err)
+	// The server reserves the holder's size when it reads it; give it the
+	// time to, so that the waiter comes second (a slow machine could
+	// otherwise serve the waiter first and make the holder wait).
+	time.Sleep(500 * time.Millisecond)
 	// A second 1 MiB request waits for room.
 	waiter := dial()
 	_, err = waiter.Write(apiVersions(1 << 20))
