@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,6 +66,9 @@ type NodeOptions struct {
 	// ControllerAddr is this node's controller listener as the others reach
 	// it; for a voter, its entry in Voters.
 	ControllerAddr string
+	// Dial connects to another node's controller listener (Raft and its
+	// greeting). Default: TCP.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// ControllerListenAddr is the address the controller listener is
 	// bound to, if known (see controller.Config.ListenAddr).
 	ControllerListenAddr string
@@ -195,7 +199,7 @@ func (b *Broker) openNetNode() error {
 		OnClusterID: func(id string) error {
 			return writeMetaProperties(b.dir, metaProperties{clusterID: id, nodeID: b.opts.NodeID})
 		},
-		OpenStores: no.OpenStores, SessionTimeout: no.SessionTimeout, ElectionTimeout: no.ElectionTimeout, Logger: b.logger,
+		OpenStores: no.OpenStores, SessionTimeout: no.SessionTimeout, ElectionTimeout: no.ElectionTimeout, Logger: b.logger, Dial: no.Dial,
 	})
 	if err != nil {
 		return err

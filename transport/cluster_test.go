@@ -549,3 +549,52 @@ func TestClusterBrokerOnlyNode(t *testing.T) {
 		return true
 	}, 20*time.Second, 50*time.Millisecond, "the broker-only node holds a replica of every partition")
 }
+
+// TestClusterDialHook: every connection a node opens to another node goes
+// through NodeConfig.Dial - Raft, controller requests and followers'
+// fetches - so that a fault-injection harness can route each link through
+// a proxy it controls.
+func TestClusterDialHook(t *testing.T) {
+	c := newTestCluster(t, 3)
+	var mu sync.Mutex
+	dialed := map[int32]map[string]int{}
+	c.tune = func(cfg *NodeConfig) {
+		id := cfg.NodeID
+		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			mu.Lock()
+			if dialed[id] == nil {
+				dialed[id] = map[string]int{}
+			}
+			dialed[id][addr]++
+			mu.Unlock()
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer cl.Close()
+	c.createTopic(ctx, cl, "t", 1, 3, nil)
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Topic: "t", Value: []byte("x")}).FirstErr())
+
+	mu.Lock()
+	defer mu.Unlock()
+	for id, nd := range c.running() {
+		for other, ctrl := range c.ctrl {
+			if other != id {
+				require.Positive(t, dialed[id][ctrl], "node %d dialed node %d's controller listener through the hook", id, other)
+			}
+		}
+		_ = nd
+	}
+	// The partition's followers fetched from its leader through the hook.
+	leader := c.metadata(ctx, cl, "t").Partitions[0].Leader
+	for id := range c.running() {
+		if id != leader {
+			require.Positive(t, dialed[id][c.running()[leader].Addr().String()], "follower %d dialed leader %d through the hook", id, leader)
+		}
+	}
+}

@@ -45,6 +45,11 @@ type NodeConfig struct {
 	// Server holds the Kafka server's options (NodeID and the advertised
 	// address are set here).
 	Server Options
+	// Dial connects to another node, for every connection this node opens:
+	// followers' fetches, controller requests, Raft. Default: TCP to the
+	// address. A fault-injection harness (package clustertest) routes each
+	// link through a proxy it controls with it.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// Logger receives the node's messages. Default: none.
 	Logger *slog.Logger
 }
@@ -123,11 +128,14 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		}
 		ctrlAddr = net.JoinHostPort(h, strconv.Itoa(int(p)))
 	}
-	r := newRemote(nil)
+	r := newRemote(cfg.Dial)
 	no := cfg.Cluster
 	no.Voters, no.ControllerAddr, no.AdvertisedHost, no.AdvertisedPort = voters, ctrlAddr, host, port
 	no.ControllerListenAddr = ctrlL.Addr().String()
 	no.ClusterID, no.Remote = cfg.ClusterID, r
+	if cfg.Dial != nil {
+		no.Dial = cfg.Dial
+	}
 	bo := cfg.Broker
 	bo.NodeID, bo.Node = cfg.NodeID, &no
 	if bo.Logger == nil {

@@ -62,6 +62,23 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	clusterID := fs.String("cluster-id", "", "the `id` of the cluster this node must belong to (default: adopt the cluster's, or name a new one)")
 	rf := fs.Int("default-replication-factor", 0, "the replication `factor` of topics created without one (default.replication.factor) (default 1; in a cluster of 3 or more, 3 is usual)")
 	minISR := fs.Int("min-insync-replicas", 0, "the in-sync replicas an acks=all produce needs (min.insync.replicas) (default 1)")
+	var dialMap map[string]string
+	fs.Func("dial-map", "for fault-injection harnesses: connect to `addr=via,...` instead - every connection this node opens to another node's address addr goes to via (a proxy); repeatable", func(s string) error {
+		if dialMap == nil {
+			dialMap = map[string]string{}
+		}
+		for _, pair := range strings.Split(s, ",") {
+			from, to, ok := strings.Cut(strings.TrimSpace(pair), "=")
+			if _, _, err := net.SplitHostPort(from); !ok || err != nil {
+				return fmt.Errorf("want addr=via with host:port addresses, not %q", pair)
+			}
+			if _, _, err := net.SplitHostPort(to); err != nil {
+				return fmt.Errorf("want addr=via with host:port addresses, not %q", pair)
+			}
+			dialMap[from] = to
+		}
+		return nil
+	})
 	sessionTimeout := fs.Duration("session-timeout", 0, "a cluster node silent this long is fenced and its partitions get new leaders (broker.session.timeout.ms) (default 2s)")
 	var level slog.Level
 	fs.Func("log-level", "the least `level` logged: debug, info, warn or error (default info)", func(s string) error {
@@ -140,14 +157,24 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 			}
 		}
 		bopts.Logger = logger
-		return serveNode(ctx, transport.NodeConfig{
+		cfg := transport.NodeConfig{
 			Dir: bf.data, NodeID: opts.NodeID, Listen: *listen, AdvertisedAddr: *advertised,
 			ControllerListen: *ctrlListen, QuorumVoters: *voters, ClusterID: *clusterID,
 			Broker: bopts, Cluster: spool.NodeOptions{SessionTimeout: *sessionTimeout}, Server: opts, Logger: logger,
-		}, logger, stderr)
+		}
+		if dialMap != nil {
+			cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
+				if via, ok := dialMap[addr]; ok {
+					addr = via
+				}
+				var d net.Dialer
+				return d.DialContext(ctx, "tcp", addr)
+			}
+		}
+		return serveNode(ctx, cfg, logger, stderr)
 	}
-	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 {
-		return usageError(fs, "--controller-listen, --cluster-id and --session-timeout need --controller-quorum-voters")
+	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 || dialMap != nil {
+		return usageError(fs, "--controller-listen, --cluster-id, --session-timeout and --dial-map need --controller-quorum-voters")
 	}
 	if err := checkNotClusterNode(bf.data); err != nil {
 		fmt.Fprintf(stderr, "spool serve: %v\n", err)
