@@ -192,28 +192,20 @@ func (s clusterStore) alterTopicConfig(ctx context.Context, name string, alter f
 // offsets, so followers and leader stay in step).
 func (s clusterStore) compact(ctx context.Context, name string) (log.CleanStats, error) {
 	b := s.b
-	var sum log.CleanStats
 	own, _, err := b.replicatedTopic(ctx, name, false)
 	if err != nil {
-		return sum, err
+		return log.CleanStats{}, err
 	}
 	if !b.effective(own).CleanupPolicy.compacts() {
-		return sum, fmt.Errorf("%w: %q has cleanup.policy %s", ErrInvalidConfig, name, b.effective(own).CleanupPolicy)
+		return log.CleanStats{}, fmt.Errorf("%w: %q has cleanup.policy %s", ErrInvalidConfig, name, b.effective(own).CleanupPolicy)
 	}
+	var mine []*partition.Partition
 	for _, p := range b.replicaPartitions() {
-		if p.Topic() != name {
-			continue
+		if p.Topic() == name {
+			mine = append(mine, p)
 		}
-		if err := ctx.Err(); err != nil {
-			return sum, err
-		}
-		st, err := p.Log().Clean(true)
-		if err != nil {
-			return sum, err
-		}
-		addCleanStats(&sum, st)
 	}
-	return sum, nil
+	return cleanNow(ctx, mine)
 }
 
 func (s clusterStore) produce(ctx context.Context, rec Record) (RecordMetadata, error) {
@@ -236,6 +228,23 @@ func (s clusterStore) consumerParts(name string) (int32, []*partition.Partition,
 }
 
 func (s clusterStore) leave() error { return s.b.cl.leave(s.b) }
+
+// cleanNow cleans partitions now, whatever their dirty ratio, and sums
+// what was done.
+func cleanNow(ctx context.Context, parts []*partition.Partition) (log.CleanStats, error) {
+	var sum log.CleanStats
+	for _, p := range parts {
+		if err := ctx.Err(); err != nil {
+			return sum, err
+		}
+		st, err := p.Log().Clean(true)
+		if err != nil {
+			return sum, err
+		}
+		addCleanStats(&sum, st)
+	}
+	return sum, nil
+}
 
 // addCleanStats adds one partition's cleaning to a sum over partitions.
 func addCleanStats(sum *log.CleanStats, st log.CleanStats) {

@@ -640,16 +640,11 @@ func (s soloStore) compact(ctx context.Context, topicName string) (log.CleanStat
 	for i, p := range t.partitions() {
 		if p == nil {
 			offline = append(offline, t.offlineError(int32(i)))
-			continue
 		}
-		if err := ctx.Err(); err != nil {
-			return sum, err
-		}
-		st, err := p.Log().Clean(true)
-		if err != nil {
-			return sum, err
-		}
-		addCleanStats(&sum, st)
+	}
+	sum, err = cleanNow(ctx, t.online())
+	if err != nil {
+		return sum, err
 	}
 	return sum, errors.Join(offline...)
 }

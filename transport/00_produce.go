@@ -167,16 +167,8 @@ func (c *conn) producePartition(req *request, pp producePart) {
 		setProduceError(req.version, out, produceErrorCode(err), err.Error())
 		return
 	}
-	var b record.Batch
-	var code int16
-	var msg string
-	if req.version < 3 {
-		b, code, msg = upConvert(pp.in.Records)
-	} else {
-		b, code, msg = parseProduceBatch(req.version, pp.in.Records)
-	}
-	if code != errNone {
-		setProduceError(req.version, out, code, msg)
+	b, ok := c.produceRecords(req, pp)
+	if !ok {
 		return
 	}
 	if create {
@@ -312,14 +304,10 @@ func produceErrorCode(err error) int16 {
 	return errorCode(err)
 }
 
-// produceClustered is producePartition on a cluster node: the batch goes to
-// the partition's leader replica, which must be this node, and waits as
-// the request's acks say (acks=all: for the in-sync replicas, up to the
-// request's timeout). A node that does not lead the partition answers
-// NOT_LEADER_OR_FOLLOWER with the leader it knows (KIP-951, v10+).
-func (c *conn) produceClustered(req *request, pp producePart) {
-	out := pp.out
-	body := req.body.(*kmsg.ProduceRequest)
+// produceRecords reads a partition's records as one RecordBatch v2 -
+// converting an old producer's message set (v0-v2), checking a batch
+// (v3+) - or answers the partition with the error and reports false.
+func (c *conn) produceRecords(req *request, pp producePart) (record.Batch, bool) {
 	var b record.Batch
 	var code int16
 	var msg string
@@ -329,7 +317,22 @@ func (c *conn) produceClustered(req *request, pp producePart) {
 		b, code, msg = parseProduceBatch(req.version, pp.in.Records)
 	}
 	if code != errNone {
-		setProduceError(req.version, out, code, msg)
+		setProduceError(req.version, pp.out, code, msg)
+		return b, false
+	}
+	return b, true
+}
+
+// produceClustered is producePartition on a cluster node: the batch goes to
+// the partition's leader replica, which must be this node, and waits as
+// the request's acks say (acks=all: for the in-sync replicas, up to the
+// request's timeout). A node that does not lead the partition answers
+// NOT_LEADER_OR_FOLLOWER with the leader it knows (KIP-951, v10+).
+func (c *conn) produceClustered(req *request, pp producePart) {
+	out := pp.out
+	body := req.body.(*kmsg.ProduceRequest)
+	b, ok := c.produceRecords(req, pp)
+	if !ok {
 		return
 	}
 	opts := spool.ProduceOptions{Acks: spool.AcksAll, Timeout: time.Duration(body.TimeoutMillis) * time.Millisecond}
