@@ -54,9 +54,33 @@ type topicStore interface {
 	prepareGroups(ctx context.Context) error
 	produceBatch(ctx context.Context, topic string, n int32, batch record.Batch, opts ProduceOptions) (int64, error)
 	leaderPartition(topic string, n int32, leaderEpoch int32) (*partition.Partition, error)
+	// topicNamed is the name of the topic with id, if the store has it.
+	topicNamed(id TopicID) (string, bool)
 	// leave is the store's part of Broker.Close.
 	leave() error
 }
+
+// TopicName is the name of the topic whose id is id (Kafka's topic ids,
+// KIP-516), if the broker has it.
+func (b *Broker) TopicName(id TopicID) (string, bool) {
+	for _, st := range b.stores() {
+		if name, ok := st.topicNamed(id); ok {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+func (s soloStore) topicNamed(id TopicID) (string, bool) {
+	for name, t := range s.b.snapshot() {
+		if t.id == id {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+func (s clusterStore) topicNamed(id TopicID) (string, bool) { return s.b.cl.topicNamed(id) }
 
 // soloStore is the broker's own registry and partitions.
 type soloStore struct{ b *Broker }

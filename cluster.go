@@ -158,7 +158,12 @@ type clusterBackend interface {
 	// topicIdentity is a topic's id (zero if the cluster keeps none) and
 	// which brokers are down.
 	topicIdentity(name string) (TopicID, func(broker int32) bool)
+	// topicNamed finds a topic by id.
+	topicNamed(id TopicID) (string, bool)
 }
+
+// topicNamed implements clusterBackend: a LocalCluster keeps no topic ids.
+func (c *LocalCluster) topicNamed(TopicID) (string, bool) { return "", false }
 
 // topicIdentity implements clusterBackend: a LocalCluster keeps no topic
 // ids, and its brokers' liveness is the controller's business.

@@ -702,6 +702,14 @@ func (nc *netCluster) topicNames() []string { return nc.q.Image().Topics() }
 
 func (nc *netCluster) replicatesOffsets() bool { return true }
 
+// topicNamed implements clusterBackend from the node's metadata image.
+func (nc *netCluster) topicNamed(id TopicID) (string, bool) {
+	if t, ok := nc.q.Image().TopicByID(id.String()); ok {
+		return t.Name, true
+	}
+	return "", false
+}
+
 // topicIdentity implements clusterBackend from the node's metadata image.
 func (nc *netCluster) topicIdentity(name string) (TopicID, func(int32) bool) {
 	im := nc.q.Image()

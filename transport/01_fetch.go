@@ -30,10 +30,29 @@ import (
 // timestamps). Every client that speaks RecordBatch v2 uses v4+, which go
 // from the segment files to the socket untouched.
 //
-// Version 13 and later name topics by ID (KIP-516) and are not served yet;
-// clients fall back to v12. v12 is flexible: its RecordBatches length is a
-// compact (varint) length, which the zero-copy writer fills in too.
-func init() { registerRaw(kmsg.Fetch, 0, 12, serveFetch) }
+// v12 is flexible: its RecordBatches length is a compact (varint) length,
+// which the zero-copy writer fills in too. v13 names topics by id
+// (KIP-516): an unknown id is UNKNOWN_TOPIC_ID. v14 changes nothing the
+// server sees (KIP-405). v15 carries a follower's id and broker epoch in
+// ReplicaState (KIP-903) instead of ReplicaID. v16 (KIP-951 node
+// endpoints) is not served.
+func init() { registerRaw(kmsg.Fetch, 0, 15, serveFetch) }
+
+// fetchTopicNames names the topics of a v13+ request, which gives ids:
+// each topic's name is filled in where the broker has its id; unknown[i]
+// is set for a topic it has not.
+func (c *conn) fetchTopicNames(body *kmsg.FetchRequest, version int16) (unknown []bool) {
+	unknown = make([]bool, len(body.Topics))
+	if version < 13 {
+		return unknown
+	}
+	for i := range body.Topics {
+		rt := &body.Topics[i]
+		name, ok := c.s.b.TopicName(spool.TopicID(rt.TopicID))
+		rt.Topic, unknown[i] = name, !ok
+	}
+	return unknown
+}
 
 const (
 
@@ -89,8 +108,9 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 		resp.ErrorCode = errFetchSessionIDNotFound
 		return encoded(resp), nil
 	}
+	unknown := c.fetchTopicNames(body, req.version)
 	if c.isReplicaFetch(body, req.version) {
-		return c.serveReplicaFetch(req, body)
+		return c.serveReplicaFetch(req, body, unknown)
 	}
 
 	parts := make([]fetchPart, 0, fetchPartitions(body))
@@ -99,6 +119,11 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 		for pi := range rt.Partitions {
 			rp := &rt.Partitions[pi]
 			fp := fetchPart{req: rp}
+			if unknown[ti] {
+				fp.code = errUnknownTopicID
+				parts = append(parts, fp)
+				continue
+			}
 			p, err := c.s.b.LeaderPartition(rt.Topic, rp.Partition, -1)
 			switch {
 			case err != nil:
@@ -130,7 +155,7 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 	for ti := range body.Topics {
 		rt := &body.Topics[ti]
 		t := &resp.Topics[ti]
-		t.Topic = rt.Topic
+		t.Topic, t.TopicID = rt.Topic, rt.TopicID
 		t.Partitions = make([]kmsg.FetchResponseTopicPartition, len(rt.Partitions))
 		for pi := range rt.Partitions {
 			fp := &parts[i]
@@ -638,7 +663,11 @@ func recordsSlots(b []byte, version int16, fn func(at int) error) error {
 	}
 	topics := r.arrayLen(flexible)
 	for t := 0; t < topics && r.err == nil; t++ {
-		r.skipString(flexible)
+		if version >= 13 {
+			r.skip(16) // TopicID
+		} else {
+			r.skipString(flexible)
+		}
 		parts := r.arrayLen(flexible)
 		for p := 0; p < parts && r.err == nil; p++ {
 			r.skip(4 + 2 + 8 + 8) // Partition, ErrorCode, HighWatermark, LastStableOffset

@@ -149,10 +149,10 @@ func (s *Server) brokers() ([]kmsg.MetadataResponseBroker, int32) {
 
 // topicByID finds a topic by its ID.
 func (s *Server) topicByID(id [16]byte) (spool.TopicDescription, bool) {
-	for _, name := range s.b.Topics() {
-		if d, err := s.b.DescribeTopic(name); err == nil && [16]byte(d.ID) == id {
-			return d, true
-		}
+	name, ok := s.b.TopicName(spool.TopicID(id))
+	if !ok {
+		return spool.TopicDescription{}, false
 	}
-	return spool.TopicDescription{}, false
+	d, err := s.b.DescribeTopic(name)
+	return d, err == nil
 }

@@ -22,7 +22,8 @@ import (
 // Versions of the requests a node sends to other nodes: ones this package
 // serves (so that nodes of one release understand each other).
 const (
-	fetchVersion          = 12 // topics by name; DivergingEpoch, LastFetchedEpoch
+	fetchVersion          = 12 // a node's own consumer fetches: topics by name
+	replicaFetchVersion   = 15 // followers: topics by id, ReplicaState with the broker epoch (KIP-903)
 	epochVersion          = 4
 	registrationVersion   = 3
 	heartbeatVersion      = 1
@@ -88,15 +89,20 @@ func (l *link) Fetch(ctx context.Context, req *replica.FetchRequest) (*replica.F
 	if err != nil {
 		return nil, err
 	}
+	id, err := l.r.topicID(req.Topic)
+	if err != nil {
+		return nil, err
+	}
 	kr := kmsg.NewPtrFetchRequest()
-	kr.Version = fetchVersion
-	kr.ReplicaID = req.ReplicaID
+	kr.Version = replicaFetchVersion
+	kr.ReplicaID = -1
+	kr.ReplicaState.ID, kr.ReplicaState.Epoch = req.ReplicaID, req.BrokerEpoch
 	kr.MaxWaitMillis = int32(req.MaxWait / time.Millisecond)
 	kr.MinBytes = 1
 	kr.MaxBytes = int32(max(req.MaxBytes, 1))
 	kr.SessionEpoch = -1
 	t := kmsg.NewFetchRequestTopic()
-	t.Topic = req.Topic
+	t.Topic, t.TopicID = req.Topic, id
 	p := kmsg.NewFetchRequestTopicPartition()
 	p.Partition, p.CurrentLeaderEpoch, p.FetchOffset, p.LastFetchedEpoch = req.Partition, req.CurrentLeaderEpoch, req.FetchOffset, req.LastFetchedEpoch
 	p.LogStartOffset, p.PartitionMaxBytes = -1, int32(max(req.MaxBytes, 1))

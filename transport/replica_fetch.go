@@ -17,25 +17,36 @@ import (
 // the ISR and the high watermark) and reads up to its log end, not its
 // high watermark.
 //
-// Fetch v12 carries no broker epoch (ReplicaState is v15); the leader
-// takes the follower's current registration from its metadata, so that
-// the ISR change it proposes names the incarnation it saw (KIP-903). The
+// From v15 the follower names itself and its broker epoch in ReplicaState
+// (KIP-903): the ISR change the leader proposes names the incarnation it
+// saw fetching. Before v15 the leader takes the follower's current
+// registration from its metadata instead. The
 // record bytes are copied, not sent with sendfile: a follower fetch reads
 // one partition, and the leader must check the follower's position first.
 
 // isReplicaFetch reports whether a fetch comes from a follower that this
 // node serves as one.
 func (c *conn) isReplicaFetch(body *kmsg.FetchRequest, version int16) bool {
-	return version < 15 && body.ReplicaID >= 0 && c.s.b.ReplicaNode() != nil && c.s.b.Quorum() != nil
+	return replicaID(body, version) >= 0 && c.s.b.ReplicaNode() != nil && c.s.b.Quorum() != nil
+}
+
+// replicaID is the id of the follower sending a fetch, -1 for a consumer.
+func replicaID(body *kmsg.FetchRequest, version int16) int32 {
+	if version >= 15 {
+		return body.ReplicaState.ID
+	}
+	return body.ReplicaID
 }
 
 // serveReplicaFetch answers a follower's fetch. Only the last partition of
 // a request may wait for records (a follower sends one at a time).
-func (c *conn) serveReplicaFetch(req *request, body *kmsg.FetchRequest) (responseWriter, error) {
+func (c *conn) serveReplicaFetch(req *request, body *kmsg.FetchRequest, unknown []bool) (responseWriter, error) {
 	node := c.s.b.ReplicaNode()
-	im := c.s.b.Quorum().Image()
+	id := replicaID(body, req.version)
 	var epoch int64 = -1
-	if bi, ok := im.Broker(body.ReplicaID); ok {
+	if req.version >= 15 {
+		epoch = body.ReplicaState.Epoch
+	} else if bi, ok := c.s.b.Quorum().Image().Broker(id); ok {
 		epoch = bi.Epoch
 	}
 	resp := body.ResponseKind().(*kmsg.FetchResponse)
@@ -52,7 +63,7 @@ func (c *conn) serveReplicaFetch(req *request, body *kmsg.FetchRequest) (respons
 	for ti := range body.Topics {
 		rt := &body.Topics[ti]
 		t := kmsg.NewFetchResponseTopic()
-		t.Topic = rt.Topic
+		t.Topic, t.TopicID = rt.Topic, rt.TopicID
 		for pi := range rt.Partitions {
 			rp := &rt.Partitions[pi]
 			n++
@@ -60,12 +71,17 @@ func (c *conn) serveReplicaFetch(req *request, body *kmsg.FetchRequest) (respons
 			out.Partition = rp.Partition
 			out.PreferredReadReplica = -1
 			out.RecordBatches = []byte{}
+			if unknown[ti] {
+				out.ErrorCode = errUnknownTopicID
+				t.Partitions = append(t.Partitions, out)
+				continue
+			}
 			wait := time.Duration(0)
 			if n == total {
 				wait = time.Duration(max(body.MaxWaitMillis, 0)) * time.Millisecond
 			}
 			fr, err := node.Fetch(c.ctx, &replica.FetchRequest{
-				Topic: rt.Topic, Partition: rp.Partition, ReplicaID: body.ReplicaID, BrokerEpoch: epoch,
+				Topic: rt.Topic, Partition: rp.Partition, ReplicaID: id, BrokerEpoch: epoch,
 				FetchOffset: rp.FetchOffset, CurrentLeaderEpoch: rp.CurrentLeaderEpoch, LastFetchedEpoch: rp.LastFetchedEpoch,
 				MaxBytes: min(max(int(rp.PartitionMaxBytes), 1), max(budget, 1)), MaxWait: wait,
 			})
