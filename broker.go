@@ -348,7 +348,9 @@ func (b *Broker) registryLocked(topics map[string]*topic) registry {
 // the cause is gone. A crash part of the way is undone by the next Open
 // (see newPartitions).
 func (b *Broker) CreateTopic(ctx context.Context, name string, cfg TopicConfig) error {
-	if name == OffsetsTopic {
+	if name == OffsetsTopic && !noForward(ctx) {
+		// Only the broker creates it - in a cluster, any node asking the
+		// controller through its controller listener (ControllerOnly).
 		return fmt.Errorf("%w: %q is internal", ErrInvalidTopic, name)
 	}
 	return b.route(name).createTopic(ctx, name, cfg)

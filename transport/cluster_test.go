@@ -598,3 +598,35 @@ func TestClusterDialHook(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterGroupThroughANonController: the first group to look for its
+// coordinator at a broker that is not the active controller creates
+// __consumer_offsets through the controller (the forwarded CreateTopics
+// used to be refused there as a user's request for an internal topic,
+// leaving every group without a coordinator).
+func TestClusterGroupThroughANonController(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	active, _ := c.running()[1].Broker().Quorum().Leader()
+	var other *Node
+	for id, nd := range c.running() {
+		if id != active {
+			other = nd
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(other.Addr().String()))
+	require.NoError(t, err)
+	defer cl.Close()
+	req := kmsg.NewPtrFindCoordinatorRequest()
+	req.CoordinatorKey = "g"
+	require.Eventually(t, func() bool {
+		resp, err := req.RequestWith(ctx, cl)
+		return err == nil && resp.ErrorCode == 0 && resp.NodeID >= 0
+	}, 30*time.Second, 100*time.Millisecond, "the group gets a coordinator")
+	d, err := other.Broker().DescribeTopic(spool.OffsetsTopic)
+	require.NoError(t, err)
+	require.True(t, d.Internal)
+	require.Len(t, d.Partitions[0].Replicas, 3)
+}
