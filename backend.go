@@ -54,6 +54,9 @@ type topicStore interface {
 	prepareGroups(ctx context.Context) error
 	produceBatch(ctx context.Context, topic string, n int32, batch record.Batch, opts ProduceOptions) (int64, error)
 	leaderPartition(topic string, n int32, leaderEpoch int32) (*partition.Partition, error)
+	// replicaLogs lists the logs of the store's partitions this broker
+	// holds (DescribeLogDir).
+	replicaLogs() []ReplicaLog
 	// leave is the store's part of Broker.Close.
 	leave() error
 }
