@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,10 +96,10 @@ func TestClusterDescribeQuorum(t *testing.T) {
 	require.Zero(t, p.ErrorCode)
 	leader := p.LeaderID
 	require.Contains(t, []int32{1, 2, 3}, leader)
-	d, err := c.running()[leader].Broker().Quorum().Describe()
-	require.NoError(t, err)
-	require.Equal(t, d.LeaderEpoch, p.LeaderEpoch, "the Raft term")
 	require.Positive(t, p.LeaderEpoch)
+	if d, err := c.running()[leader].Broker().Quorum().Describe(); err == nil { // still leading
+		require.GreaterOrEqual(t, d.LeaderEpoch, p.LeaderEpoch, "the Raft term, which only grows")
+	}
 	require.Equal(t, []int32{1, 2, 3}, replicaIDs(p.CurrentVoters))
 	require.Equal(t, []int32{4}, replicaIDs(p.Observers))
 	for _, r := range append(p.CurrentVoters, p.Observers...) {
@@ -114,8 +115,12 @@ func TestClusterDescribeQuorum(t *testing.T) {
 			resp := adminDo[*kmsg.DescribeQuorumResponse](t, conn, v, quorumRequest())
 			got := quorumPartition(t, resp)
 			require.Zero(t, got.ErrorCode, "broker %d v%d: %v", id, v, got.ErrorMessage)
-			require.Equal(t, leader, got.LeaderID, "broker %d", id)
-			require.Equal(t, p.LeaderEpoch, got.LeaderEpoch)
+			// The same leader - unless a loaded machine saw an election
+			// meanwhile, which a later epoch shows.
+			require.GreaterOrEqual(t, got.LeaderEpoch, p.LeaderEpoch)
+			if got.LeaderEpoch == p.LeaderEpoch {
+				require.Equal(t, leader, got.LeaderID, "broker %d", id)
+			}
 			require.GreaterOrEqual(t, got.HighWatermark, p.HighWatermark)
 			require.Equal(t, []int32{1, 2, 3}, replicaIDs(got.CurrentVoters))
 			if v == 0 {
@@ -141,18 +146,37 @@ func TestClusterDescribeQuorum(t *testing.T) {
 		require.Equal(t, errUnknownTopicOrPartition, resp.Topics[0].Partitions[0].ErrorCode)
 	}
 
-	// The controller listener: the leader answers, the others refuse.
-	for id, nd := range c.running() {
-		resp := adminDo[*kmsg.DescribeQuorumResponse](t, adminDial(t, nd.ControllerAddr().String()), 2, quorumRequest())
-		got := quorumPartition(t, resp)
-		if id == leader {
-			require.Zero(t, got.ErrorCode)
-			require.Equal(t, leader, got.LeaderID)
-			continue
+	// The controller listener: the leader answers, the others refuse
+	// naming it (asked again if an election came between the answers).
+	require.Eventually(t, func() bool {
+		answered := map[int32]int32{} // node -> the leader it names
+		for id, nd := range c.running() {
+			resp := adminDo[*kmsg.DescribeQuorumResponse](t, adminDial(t, nd.ControllerAddr().String()), 2, quorumRequest())
+			got := quorumPartition(t, resp)
+			switch got.ErrorCode {
+			case 0:
+				require.Equal(t, id, got.LeaderID, "only the leader answers")
+				answered[id] = id
+			case errNotLeaderOrFollower:
+				for l := int32(1); l <= 3; l++ {
+					if strings.Contains(*got.ErrorMessage, fmt.Sprintf("node %d ", l)) {
+						answered[id] = l
+					}
+				}
+			default:
+				t.Fatalf("node %d: %v %v", id, got.ErrorCode, got.ErrorMessage)
+			}
 		}
-		require.Equal(t, errNotLeaderOrFollower, got.ErrorCode, "node %d", id)
-		require.Contains(t, *got.ErrorMessage, fmt.Sprintf("node %d", leader))
-	}
+		named := map[int32]bool{}
+		for _, l := range answered {
+			named[l] = true
+		}
+		if len(answered) != 4 || len(named) != 1 {
+			return false
+		}
+		l := answered[4]
+		return answered[l] == l
+	}, 20*time.Second, 50*time.Millisecond, "one leader answers; every other node names it")
 
 	// The leader goes; another leads, in a later term.
 	c.stop(leader)
