@@ -56,6 +56,9 @@ type topicStore interface {
 	leaderPartition(topic string, n int32, leaderEpoch int32) (*partition.Partition, error)
 	// topicNamed is the name of the topic with id, if the store has it.
 	topicNamed(id TopicID) (string, bool)
+	// replicaLogs lists the logs of the store's partitions this broker
+	// holds (DescribeLogDir).
+	replicaLogs() []ReplicaLog
 	// leave is the store's part of Broker.Close.
 	leave() error
 }

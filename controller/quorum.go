@@ -177,8 +177,11 @@ type Quorum struct {
 	raft   *raft.Raft
 	trans  *raft.NetworkTransport
 	stream *streamLayer
-	fsm    *fsm
-	stores Stores
+	// progress is the leader's record of the members' replication, for
+	// Describe; Raft sends through observedTransport to fill it.
+	progress *progress
+	fsm      *fsm
+	stores   Stores
 
 	cid atomic.Pointer[string]
 
@@ -359,12 +362,14 @@ func (q *Quorum) startRaft() error {
 			return fmt.Errorf("controller: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, q.fsm, stores.Log, stores.Stable, snaps, q.trans)
+	q.progress = newProgress()
+	r, err := raft.NewRaft(rc, q.fsm, stores.Log, stores.Stable, snaps, &observedTransport{NetworkTransport: q.trans, progress: q.progress})
 	if err != nil {
 		q.trans.Close()
 		stores.Close()
 		return fmt.Errorf("controller: raft: %w", err)
 	}
+	q.progress.raft.Store(r)
 	q.raft, q.stores = r, stores
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spoolmq/spool/clustertest"
 )
 
 // The spool binary the tests run: $SPOOL_BIN, or built once from
@@ -41,6 +43,8 @@ func testMain(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "go build spool: %v\n%s", err, out)
 			return 1
 		}
+		// Package clustertest's clusters run the same binary.
+		os.Setenv(clustertest.BinaryEnv, spoolBin)
 	}
 	return m.Run()
 }

@@ -55,6 +55,7 @@ package partition
 // removed every batch they wrote (Kafka evicts those too).
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -183,6 +184,53 @@ func (p *Partition) dropProducers(drop func(offset int64) bool) error {
 		}
 	}
 	return nil
+}
+
+// ProducerInfo is what a partition knows of one active idempotent
+// producer: Kafka's ProducerStateEntry, as DescribeProducers reports it.
+type ProducerInfo struct {
+	// ID and Epoch are the producer's id and latest epoch.
+	ID    int64
+	Epoch int16
+	// LastSequence is the sequence of the last record of its last batch.
+	LastSequence int32
+	// LastOffset is the offset of the last record of its last batch.
+	LastOffset int64
+	// LastTimestamp is when the producer last appended, in Unix
+	// milliseconds: the wall clock of its last append here, or for a
+	// batch replayed from the log when the state was loaded, the batch's
+	// max timestamp. It is what expiration counts from.
+	LastTimestamp int64
+}
+
+// Producers lists the partition's active idempotent producers, by id. The
+// first call loads the producer state from the snapshots and the log, as
+// the first idempotent append would; nothing is changed: a producer past
+// the expiration, or whose batches retention has removed, is left out
+// (the next append forgets it), as is one whose first batch is being
+// appended.
+func (p *Partition) Producers() ([]ProducerInfo, error) {
+	st, err := p.producerState()
+	if err != nil {
+		return nil, err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	cutoff := st.now().Add(-st.expiration).UnixMilli()
+	start := st.log.StartOffset()
+	out := make([]ProducerInfo, 0, len(st.producers))
+	for pid, e := range st.producers {
+		if len(e.batches) == 0 {
+			continue
+		}
+		last := e.batches[len(e.batches)-1]
+		if e.lastSeen < cutoff || last.lastOffset < start {
+			continue
+		}
+		out = append(out, ProducerInfo{ID: pid, Epoch: e.epoch, LastSequence: last.lastSeq, LastOffset: last.lastOffset, LastTimestamp: e.lastSeen})
+	}
+	slices.SortFunc(out, func(a, b ProducerInfo) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
 }
 
 // producerHolder is a partition's producer state, loaded on first use.

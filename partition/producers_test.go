@@ -500,3 +500,87 @@ func TestProducerSnapshotsBelowStartDropped(t *testing.T) {
 	require.True(t, dup, "a retry of the last batch")
 	require.Equal(t, int64(39), base)
 }
+
+// Producers reports each active idempotent producer's latest epoch, last
+// sequence and offset, and when it last appended - after a reload from
+// the snapshot and the log too - and leaves out producers that expired or
+// whose batches retention removed, without forgetting them itself.
+func TestProducersListsActiveProducers(t *testing.T) {
+	dir := t.TempDir()
+	p := openTestPartition(t, dir, log.Options{Flush: log.None})
+	defer p.Close()
+	got, err := p.Producers()
+	require.NoError(t, err)
+	require.Empty(t, got, "a partition without idempotent producers")
+
+	now := time.Now().Truncate(time.Millisecond)
+	st, err := p.producerState()
+	require.NoError(t, err)
+	st.now = func() time.Time { return now }
+	_, err = p.Append(record.Record{Value: []byte("no producer id")}) // offset 0
+	require.NoError(t, err)
+	for _, b := range []struct {
+		pid   int64
+		epoch int16
+		seq   int32
+		n     int
+	}{{7, 0, 0, 3}, {3, 2, 0, 1}, {7, 0, 3, 2}, {3, 2, 1, 4}} {
+		_, _, err := p.AppendProduced(producerBatchOf(t, b.pid, b.epoch, b.seq, b.n))
+		require.NoError(t, err)
+	}
+	want := []ProducerInfo{
+		{ID: 3, Epoch: 2, LastSequence: 4, LastOffset: 10, LastTimestamp: now.UnixMilli()},
+		{ID: 7, Epoch: 0, LastSequence: 4, LastOffset: 6, LastTimestamp: now.UnixMilli()},
+	}
+	got, err = p.Producers()
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	// A retry changes nothing; a refused batch changes nothing.
+	_, dup, err := p.AppendProduced(producerBatchOf(t, 7, 0, 3, 2))
+	require.NoError(t, err)
+	require.True(t, dup)
+	_, _, err = p.AppendProduced(producerBatchOf(t, 7, 0, 9, 1))
+	require.ErrorIs(t, err, ErrOutOfOrderSequence)
+	got, err = p.Producers()
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	// Reloaded from the snapshot and the log: a producer whose batch is
+	// replayed from the log counts from the batch's timestamp.
+	require.NoError(t, p.SnapshotProducers())
+	replayed := now.Add(-time.Hour).UnixMilli()
+	b, err := record.NewBatch([]record.Record{{Timestamp: time.UnixMilli(replayed), Value: []byte("x")}},
+		record.BatchOptions{Producer: &record.ProducerInfo{ID: 11, Epoch: 1, BaseSequence: 0}})
+	require.NoError(t, err)
+	_, _, err = p.AppendProduced(b) // offset 11, after the snapshot
+	require.NoError(t, err)
+	forgetProducers(p)
+	got, err = p.Producers()
+	require.NoError(t, err)
+	want = append(want, ProducerInfo{ID: 11, Epoch: 1, LastSequence: 0, LastOffset: 11, LastTimestamp: replayed})
+	require.Equal(t, want, got)
+
+	// An expired producer is left out, but the listing forgets nobody:
+	// the next append expires it itself.
+	st, err = p.producerState()
+	require.NoError(t, err)
+	now = time.UnixMilli(replayed).Add(DefaultProducerIDExpiration - time.Minute)
+	st.now = func() time.Time { return now }
+	got, err = p.Producers()
+	require.NoError(t, err)
+	require.Equal(t, want, got, "nobody has expired yet")
+	now = now.Add(30 * time.Minute)
+	got, err = p.Producers()
+	require.NoError(t, err)
+	require.Equal(t, want[:2], got, "producer 11 expired")
+	st.mu.Lock()
+	require.Len(t, st.producers, 3, "listing forgets nobody")
+	st.mu.Unlock()
+
+	// Retention removing every batch of a producer leaves it out too.
+	require.NoError(t, p.Log().DeleteRecordsBefore(7))
+	got, err = p.Producers()
+	require.NoError(t, err)
+	require.Equal(t, want[:1], got, "producer 7's batches are below the log start")
+}

@@ -20,6 +20,7 @@ type fetcher struct {
 func (r *ReplicaSet) startFetcher(leader, epoch int32) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &fetcher{leader: leader, epoch: epoch, cancel: cancel, done: make(chan struct{})}
+	r.leaderHW.Store(-1) // another leader, or epoch: nothing heard from it yet
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -133,6 +134,7 @@ func (r *ReplicaSet) follow(ctx context.Context, f *fetcher) {
 			}
 		}
 		backoff = 0
+		r.leaderHW.Store(resp.HighWatermark)
 		r.part.SetHighWatermark(min(resp.HighWatermark, r.part.EndOffset()))
 		// The leader's log start moved (DeleteRecords, retention): follow
 		// it as far as this replica's high watermark, so that deleted

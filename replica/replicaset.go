@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/internal/notify"
@@ -77,13 +78,19 @@ type ReplicaSet struct {
 	// over damage (zero: never), so that it asks again only once the
 	// state changes.
 	resignTried PartitionState
+	// leaderHW is, on a follower, the high watermark its leader reported
+	// in the last fetch of the current fetcher, before it is capped at
+	// this replica's log end; -1 before that fetch.
+	leaderHW atomic.Int64
 }
 
 func newReplicaSet(n *Node, p *partition.Partition, cfg Config, topic string, id int32) *ReplicaSet {
 	if cfg.MinInSyncReplicas < 1 {
 		cfg.MinInSyncReplicas = 1
 	}
-	return &ReplicaSet{node: n, part: p, cfg: cfg, topic: topic, id: id}
+	r := &ReplicaSet{node: n, part: p, cfg: cfg, topic: topic, id: id}
+	r.leaderHW.Store(-1)
+	return r
 }
 
 // Partition is the local partition this replica set drives.
@@ -105,6 +112,22 @@ func (r *ReplicaSet) IsLeader() bool {
 
 // HighWatermark is the partition's high watermark on this replica.
 func (r *ReplicaSet) HighWatermark() int64 { return r.part.HighWatermark() }
+
+// OffsetLag is how far this replica's log end is behind the partition's
+// high watermark, as DescribeLogDirs reports it: Kafka's
+// max(highWatermark - logEnd, 0), which is 0 on the leader. A follower
+// takes the high watermark its leader last reported, before capping it at
+// its own log end - Kafka takes the capped one, so its followers always
+// report 0 - so that a follower catching up shows how far it has to go
+// (as of its last fetch). Before its first fetch from the current leader,
+// a follower uses its own high watermark.
+func (r *ReplicaSet) OffsetLag() int64 {
+	hw := r.part.HighWatermark()
+	if !r.IsLeader() {
+		hw = max(hw, r.leaderHW.Load())
+	}
+	return max(hw-r.part.EndOffset(), 0)
+}
 
 func (r *ReplicaSet) notLeaderLocked() error {
 	if r.closed {

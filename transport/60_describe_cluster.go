@@ -3,9 +3,13 @@ package transport
 import "github.com/twmb/franz-go/pkg/kmsg"
 
 // DescribeCluster v0-2 (KIP-700): the live brokers and the controller (on
-// a standalone broker, this node is both). v1 adds the endpoint type: this is a broker endpoint, so a
-// request for the controllers' (2) is MISMATCHED_ENDPOINT_TYPE, as Kafka
-// answers; v2 adds fenced brokers, of which there are none.
+// a standalone broker, this node is both). v1 adds the endpoint type: this
+// is a broker endpoint, so a request for the controllers' (2) is
+// MISMATCHED_ENDPOINT_TYPE, as Kafka answers. v2 (KIP-1073) lists fenced
+// brokers too when asked (IncludeFencedBrokers), marked IsFenced: those a
+// cluster node's metadata has registered and fenced (their session
+// expired, or their controlled shutdown finished). A standalone broker has
+// none.
 func init() { register(kmsg.DescribeCluster, 0, 2, describeCluster) }
 
 const (
@@ -28,6 +32,16 @@ func describeCluster(c *conn, req *request, body *kmsg.DescribeClusterRequest) (
 	resp.ClusterID = c.s.ClusterID()
 	brokers, ctrl := c.s.brokers()
 	resp.ControllerID = ctrl
+	if q := c.s.b.Quorum(); q != nil && req.version >= 2 && body.IncludeFencedBrokers {
+		for _, b := range q.Image().Brokers() { // by id
+			var rack *string
+			if b.Rack != "" {
+				rack = &b.Rack
+			}
+			resp.Brokers = append(resp.Brokers, kmsg.DescribeClusterResponseBroker{NodeID: b.ID, Host: b.Kafka.Host, Port: b.Kafka.Port, Rack: rack, IsFenced: b.Fenced})
+		}
+		return resp, nil
+	}
 	for _, b := range brokers {
 		resp.Brokers = append(resp.Brokers, kmsg.DescribeClusterResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port, Rack: b.Rack})
 	}

@@ -545,7 +545,19 @@ func fzSeed(t testing.TB, key int16, topicID [16]byte) kmsg.Request {
 		return r
 	case kmsg.DescribeCluster:
 		r := kmsg.NewPtrDescribeClusterRequest()
-		r.EndpointType = 1
+		r.EndpointType, r.IncludeFencedBrokers = 1, true
+		return r
+	case kmsg.DescribeLogDirs:
+		r := kmsg.NewPtrDescribeLogDirsRequest()
+		r.Topics = []kmsg.DescribeLogDirsRequestTopic{{Topic: fzTopic, Partitions: []int32{0, 1, 7}}, {Topic: "unknown", Partitions: []int32{0}}}
+		return r
+	case kmsg.DescribeQuorum:
+		r := kmsg.NewPtrDescribeQuorumRequest()
+		r.Topics = []kmsg.DescribeQuorumRequestTopic{{Topic: "__cluster_metadata", Partitions: []kmsg.DescribeQuorumRequestTopicPartition{{Partition: 0}}}}
+		return r
+	case kmsg.DescribeProducers:
+		r := kmsg.NewPtrDescribeProducersRequest()
+		r.Topics = []kmsg.DescribeProducersRequestTopic{{Topic: fzTopic, Partitions: []int32{0, 1, 9}}, {Topic: "unknown", Partitions: []int32{0}}}
 		return r
 	}
 	return kmsg.RequestForKey(key) // the defaults of an API added later

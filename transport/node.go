@@ -156,6 +156,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		b.Close()
 		return fail(err)
 	}
+	srv.peers = r.peers
 	n := &Node{b: b, srv: srv, kafka: kafkaL, ctrl: ctrlL, remote: r, done: make(chan error, 3)}
 	go func() { n.done <- srv.ServeController(ctrlL) }()
 	go func() { n.done <- srv.Serve(kafkaL) }()

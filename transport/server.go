@@ -165,6 +165,12 @@ type Server struct {
 
 	refused      atomic.Int64
 	readTimeouts atomic.Int64
+
+	// peers reaches the other nodes of a cluster node's cluster, for the
+	// requests a broker forwards (DescribeQuorum); nil on a standalone
+	// broker. StartNode sets it to the node's own pool, which dials
+	// through NodeConfig.Dial.
+	peers *peers
 }
 
 // NewServer returns a Server for the broker. It reads (or creates) the

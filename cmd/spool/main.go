@@ -27,6 +27,19 @@
 //	    Membership lives in the broker's memory, so a data directory
 //	    opened by the tool shows only groups with committed offsets, Empty.
 //
+//	spool cluster describe|log-dirs|producers --bootstrap-server H:P[,H:P...] ...
+//	    Describe a running cluster over the Kafka protocol, like
+//	    kafka-metadata-quorum, kafka-log-dirs and kafka-transactions
+//	    describe-producers: describe prints the cluster id, the active
+//	    controller, the controller quorum (leader, epoch, high watermark,
+//	    and each voter's and observer's log end, lag and last fetch and
+//	    caught-up times), the brokers (address, rack, fenced or alive) and
+//	    the partitions that are under-replicated, under min ISR or
+//	    offline; log-dirs each broker's data directory with its disk space
+//	    and each replica's size and offset lag (--topic, --broker);
+//	    producers the active idempotent producers of a topic's partitions
+//	    (--topic, --partition).
+//
 //	spool produce --topic T [--key-separator SEP] [--print-acks] [--partition P] ...
 //	    Read records from stdin, one per line, and produce them, like
 //	    kafka-console-producer. With --print-acks, print "PARTITION OFFSET"
@@ -126,6 +139,7 @@ type command struct {
 var commands = []command{
 	{"topics", "create|list|describe|delete [flags]", "create, list, describe and delete topics", runTopics},
 	{"groups", "list|describe|delete|reset-offsets [flags]", "list, describe and delete consumer groups; reset their offsets", runGroups},
+	{"cluster", "describe|log-dirs|producers --bootstrap-server H:P [flags]", "describe a running cluster: quorum, brokers, partitions' health, log dirs, producers", runCluster},
 	{"produce", "--topic T [flags]", "produce stdin's lines as records", runProduce},
 	{"consume", "--topic T [flags]", "print a topic's records", runConsume},
 	{"perf", "produce|consume --topic T [flags]", "measure producer or consumer throughput and latency", runPerf},

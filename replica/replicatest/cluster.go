@@ -45,6 +45,9 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	FetchMaxWait      time.Duration
 	FetchBackoff      time.Duration
+	// FetchMaxBytes bounds a follower's fetch (the first batch comes
+	// whole). Default 1 MiB.
+	FetchMaxBytes int
 	// Logger receives the brokers' and controller's logs. Default: none.
 	Logger *slog.Logger
 }
@@ -132,6 +135,7 @@ func (c *Cluster) start(id int32) error {
 		HeartbeatInterval: c.opts.HeartbeatInterval,
 		FetchMaxWait:      c.opts.FetchMaxWait,
 		FetchBackoff:      c.opts.FetchBackoff,
+		FetchMaxBytes:     c.opts.FetchMaxBytes,
 		Logger:            c.opts.Logger,
 	})
 	if err != nil {

@@ -111,3 +111,52 @@ func TestHaltWhileRemoving(t *testing.T) {
 	node.Halt()
 	<-removed
 }
+
+// A follower catching up reports how far its log end is behind the high
+// watermark its leader last gave it (DescribeLogDirs' offset lag), not
+// Kafka's 0 from its own high watermark capped at its log end; the leader
+// and a caught-up follower report 0.
+func TestFollowerOffsetLag(t *testing.T) {
+	c, err := New(Options{Dir: t.TempDir(), Brokers: 2, FetchMaxBytes: 1}) // a batch per fetch
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.NoError(t, c.CreateTopic(ctx, replica.TopicSpec{Name: "t", Partitions: 1, ReplicationFactor: 2}))
+	st, err := c.Leader("t", 0)
+	require.NoError(t, err)
+	leader, follower := st.Leader, 3-st.Leader
+	lrs, ok := c.Node(leader).ReplicaSet("t", 0)
+	require.True(t, ok)
+	frs, ok := c.Node(follower).ReplicaSet("t", 0)
+	require.True(t, ok)
+
+	// The follower stops fetching and leaves the ISR; the leader alone
+	// commits 40 batches.
+	c.Cut(follower, leader)
+	require.Eventually(t, func() bool { st, _ := c.Leader("t", 0); return len(st.ISR) == 1 }, 30*time.Second, 10*time.Millisecond)
+	all := replica.AppendOptions{Acks: replica.AcksAll, Timeout: 5 * time.Second}
+	for i := range 40 {
+		_, err := c.Produce(ctx, "t", 0, recs(fmt.Sprint("r", i), 1), all)
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(40), lrs.HighWatermark())
+	require.Zero(t, lrs.OffsetLag(), "the leader")
+
+	// It catches up a batch a fetch: between its fetches it knows the
+	// leader's high watermark and has not got there yet.
+	c.Heal()
+	c.Delay(follower, leader, 20*time.Millisecond)
+	sawLag := false
+	for frs.Partition().EndOffset() < 40 {
+		end := frs.Partition().EndOffset()
+		lag := frs.OffsetLag()
+		require.LessOrEqual(t, lag, 40-end, "never more than the records it lacks")
+		sawLag = sawLag || lag > 0
+		require.NoError(t, ctx.Err())
+		time.Sleep(time.Millisecond)
+	}
+	require.True(t, sawLag, "a follower catching up reported no lag")
+	require.Eventually(t, func() bool { return frs.OffsetLag() == 0 && frs.HighWatermark() == 40 }, 30*time.Second, 10*time.Millisecond)
+	require.Zero(t, lrs.OffsetLag())
+}
