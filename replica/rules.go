@@ -30,13 +30,29 @@ type PartitionState struct {
 	ISR []int32
 	// PartitionEpoch counts every change to this state (KIP-497).
 	PartitionEpoch int32
+	// AddingReplicas and RemovingReplicas are an ongoing reassignment's
+	// (KIP-455): while it runs, Replicas holds the target's replicas (in
+	// the target's order) followed by those it removes; the ones it adds
+	// catch up as followers, and once all of them are in the ISR the
+	// reassignment completes - Replicas becomes the target, the removed
+	// replicas leave (CompleteReassignment). Both empty: none runs.
+	AddingReplicas   []int32 `json:",omitempty"`
+	RemovingReplicas []int32 `json:",omitempty"`
 }
 
 // Clone returns a deep copy.
 func (s PartitionState) Clone() PartitionState {
 	s.Replicas = slices.Clone(s.Replicas)
 	s.ISR = slices.Clone(s.ISR)
+	s.AddingReplicas = slices.Clone(s.AddingReplicas)
+	s.RemovingReplicas = slices.Clone(s.RemovingReplicas)
 	return s
+}
+
+// Reassigning reports whether a reassignment of the partition is under
+// way.
+func (s PartitionState) Reassigning() bool {
+	return len(s.AddingReplicas) > 0 || len(s.RemovingReplicas) > 0
 }
 
 // InISR reports whether broker id is in the ISR.
@@ -55,8 +71,12 @@ func (s PartitionState) NewerThan(o PartitionState) bool {
 }
 
 func (s PartitionState) String() string {
-	return fmt.Sprintf("%s-%d{leader %d epoch %d isr %v replicas %v partition epoch %d}",
-		s.Topic, s.Partition, s.Leader, s.LeaderEpoch, s.ISR, s.Replicas, s.PartitionEpoch)
+	moving := ""
+	if s.Reassigning() {
+		moving = fmt.Sprintf(" adding %v removing %v", s.AddingReplicas, s.RemovingReplicas)
+	}
+	return fmt.Sprintf("%s-%d{leader %d epoch %d isr %v replicas %v%s partition epoch %d}",
+		s.Topic, s.Partition, s.Leader, s.LeaderEpoch, s.ISR, s.Replicas, moving, s.PartitionEpoch)
 }
 
 // Progress is what a leader knows of one follower.
@@ -288,6 +308,20 @@ func (l *Leader) Apply(st PartitionState) bool {
 	for id, p := range l.progress {
 		if l.state.InISR(id) && !st.InISR(id) {
 			p.LastCaughtUp = time.Time{}
+		}
+	}
+	// A reassignment adds replicas within the leader epoch: the leader
+	// tracks them from their first fetch, as out-of-sync followers, so
+	// that they can catch up and join the ISR. (Replicas only leave with a
+	// new leader epoch, but a state without one is not tracked either.)
+	for _, r := range st.Replicas {
+		if _, ok := l.progress[r]; !ok && r != l.self {
+			l.progress[r] = &Progress{LogEnd: -1, lastFetchLeaderEnd: -1}
+		}
+	}
+	for id := range l.progress {
+		if !st.HasReplica(id) {
+			delete(l.progress, id)
 		}
 	}
 	l.state = st.Clone()
