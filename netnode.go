@@ -33,8 +33,10 @@ import (
 // a controller listener's address. Package transport implements it with
 // Kafka's Fetch, OffsetsForLeaderEpoch, BrokerRegistration,
 // BrokerHeartbeat, AlterPartition, AllocateProducerIds, CreateTopics,
-// DeleteTopics, CreatePartitions and AlterConfigs. Errors from a node that
-// is not the active controller wrap a *controller.NotControllerError.
+// DeleteTopics, CreatePartitions, AlterConfigs,
+// AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders
+// and UnregisterBroker. Errors from a node that is not the active
+// controller wrap a *controller.NotControllerError.
 type Remote interface {
 	replica.Network
 	RegisterBroker(ctx context.Context, addr string, r controller.Registration) (int64, error)
@@ -45,6 +47,12 @@ type Remote interface {
 	DeleteTopic(ctx context.Context, addr string, name string) error
 	CreatePartitions(ctx context.Context, addr string, name string, total int32) error
 	AlterTopicConfig(ctx context.Context, addr string, name string, cfg TopicConfig) error
+	// The operator's operations (operations.go), each answered by the
+	// active controller as controller.Quorum's method of the same name.
+	AlterPartitionReassignments(ctx context.Context, addr string, rs []controller.Reassignment, allowRFChange bool) ([]error, error)
+	ListPartitionReassignments(ctx context.Context, addr string, parts []controller.TopicPartition) ([]controller.OngoingReassignment, error)
+	ElectLeaders(ctx context.Context, addr string, typ replica.ElectionType, parts []controller.TopicPartition) ([]controller.ElectionResult, error)
+	UnregisterBroker(ctx context.Context, addr string, id int32) error
 	// Produce writes a batch at broker's leader replica of a partition and
 	// waits as opts.Acks says (Kafka's Produce); it returns the base
 	// offset.
