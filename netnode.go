@@ -364,13 +364,14 @@ func (nc *netCluster) remove(tp TopicPartition) {
 	}
 	dir := p.Dir()
 	if err := p.Close(); err != nil {
-		b.logger.Warn("closing a deleted topic's replica", "topic", tp.Topic, "partition", tp.Partition, "err", err)
+		b.logger.Warn("closing a replica the metadata no longer places here", "topic", tp.Topic, "partition", tp.Partition, "err", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		b.logger.Warn("deleting a deleted topic's replica", "dir", dir, "err", err)
+		b.logger.Warn("deleting a replica the metadata no longer places here", "dir", dir, "err", err)
 		return
 	}
-	b.logger.Info("deleted the replica of a deleted topic", "topic", tp.Topic, "partition", tp.Partition)
+	// Its topic was deleted, or a reassignment moved the replica away.
+	b.logger.Info("deleted a replica the metadata no longer places here", "topic", tp.Topic, "partition", tp.Partition)
 }
 
 // removeStrays deletes partition directories the metadata no longer
@@ -697,7 +698,7 @@ func (nc *netCluster) topic(ctx context.Context, name string) (replica.TopicSpec
 	}
 	spec := replica.TopicSpec{Name: name, Partitions: len(t.Partitions), Config: slices.Clone([]byte(t.Config)), UncleanLeaderElection: t.Unclean}
 	if len(t.Partitions) > 0 {
-		spec.ReplicationFactor = len(t.Partitions[0].Replicas)
+		spec.ReplicationFactor = t.Partitions[0].ReplicationFactor() // not counting what a reassignment adds
 	}
 	states := make([]replica.PartitionState, len(t.Partitions))
 	for i, st := range t.Partitions {
@@ -796,8 +797,8 @@ func (nc *netCluster) alterTopicConfig(ctx context.Context, name string, alter f
 			return err
 		}
 		eff := nc.b.effective(next)
-		if eff.MinInSyncReplicas > len(t.Partitions[0].Replicas) {
-			return fmt.Errorf("%w: min.insync.replicas %d > replication factor %d", ErrInvalidConfig, eff.MinInSyncReplicas, len(t.Partitions[0].Replicas))
+		if rf := t.Partitions[0].ReplicationFactor(); eff.MinInSyncReplicas > rf {
+			return fmt.Errorf("%w: min.insync.replicas %d > replication factor %d", ErrInvalidConfig, eff.MinInSyncReplicas, rf)
 		}
 		data, err := encodeTopicSpec(next)
 		if err != nil {

@@ -113,6 +113,22 @@ func TestClusterReassignsThroughAnyBroker(t *testing.T) {
 		return len(c.metadata(ctx, cl, "mv").Partitions[0].Replicas) == 4
 	}, 10*time.Second, 20*time.Millisecond, "metadata lists the replicas being added and removed")
 
+	// Under way, the replication factor is still 3: the replica being
+	// added does not count (describe, and what min.insync.replicas may be).
+	for id, nd := range c.running() {
+		require.Eventually(t, func() bool {
+			d, err := nd.Broker().DescribeTopic("mv")
+			return err == nil && d.Config.ReplicationFactor == 3 && len(d.Partitions) == 1
+		}, 10*time.Second, 20*time.Millisecond, "node %d describes replication factor 3", id)
+	}
+	ia := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, "mv"
+	res.Configs = []kmsg.IncrementalAlterConfigsRequestResourceConfig{{Name: "min.insync.replicas", Op: kmsg.IncrementalAlterConfigOpSet, Value: ptr("4")}}
+	ia.Resources = append(ia.Resources, res)
+	iar := direct(t, ctx, at, ia).(*kmsg.IncrementalAlterConfigsResponse)
+	require.Equal(t, kerr.InvalidConfig.Code, iar.Resources[0].ErrorCode, "min.insync.replicas 4 with 3 replicas")
+
 	// Refusals, each for one partition.
 	for _, bad := range []struct {
 		req  *kmsg.AlterPartitionAssignmentsRequest
