@@ -191,16 +191,17 @@ func reassignRun(ctx context.Context, cfg config, dir string, progress io.Writer
 	defer stopProducing()
 	var producing sync.WaitGroup
 	producing.Go(func() {
-		var tick <-chan time.Time
+		// Paced by when each record is due, catching up after a late
+		// wake-up: a ticker per record cannot tick every 50 µs.
+		start := time.Now()
+		every := 0.0
 		if rc.rate > 0 {
-			t := time.NewTicker(time.Duration(float64(time.Second) * float64(rc.size) / (rc.rate * 1e6)))
-			defer t.Stop()
-			tick = t.C
+			every = float64(time.Second) * float64(rc.size) / (rc.rate * 1e6)
 		}
 		for seq := int64(0); pctx.Err() == nil; seq++ {
-			if tick != nil {
+			if d := time.Until(start.Add(time.Duration(float64(seq) * every))); d > time.Millisecond {
 				select {
-				case <-tick:
+				case <-time.After(d):
 				case <-pctx.Done():
 					return
 				}
