@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -332,6 +333,47 @@ func (l *Leader) Apply(st PartitionState) bool {
 // Abort forgets the change in flight: the controller refused it or did not
 // answer.
 func (l *Leader) Abort() { l.pending = nil }
+
+// ISRAnswer is what a leader did with the controller's answer to its ISR
+// proposal (Leader.Answer).
+type ISRAnswer int
+
+const (
+	// ISRApplied: the answer is the new state in this leader epoch, taken.
+	ISRApplied ISRAnswer = iota
+	// ISRWaiting: the controller holds a state this leader has not seen -
+	// one this very change committed in a new leader epoch (a reassignment
+	// it completed removed replicas or moved the leadership), or one that
+	// made the proposal stale. The proposal stays counted for the high
+	// watermark, and no other is made, until that state arrives (Apply, or
+	// a new leader epoch).
+	ISRWaiting
+	// ISRAborted: refused, or no answer; the proposal is forgotten and may
+	// be made again.
+	ISRAborted
+)
+
+// Answer takes the controller's answer to the proposal in flight, as
+// Kafka's Partition.handleAlterPartitionUpdate and
+// handleAlterPartitionError do. A success in this leader epoch is applied.
+// A success in another epoch, NEW_LEADER_ELECTED (ErrNewLeaderElected) and
+// a stale proposal (ErrStaleState) wait for the metadata: the change may
+// be committed - with a member the proposal adds already in the ISR the
+// controller holds, one that may lead next - so the high watermark must
+// keep counting that member until the leader learns the new state; taking
+// the old ISR back instead could acknowledge records the next leader does
+// not have. Any other error forgets the proposal.
+func (l *Leader) Answer(next PartitionState, err error) ISRAnswer {
+	switch {
+	case err == nil && next.Leader == l.self && next.LeaderEpoch == l.state.LeaderEpoch:
+		l.Apply(next)
+		return ISRApplied
+	case err == nil, errors.Is(err, ErrNewLeaderElected), errors.Is(err, ErrStaleState):
+		return ISRWaiting
+	}
+	l.Abort()
+	return ISRAborted
+}
 
 func sameSet(a, b []int32) bool {
 	if len(a) != len(b) {

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -304,4 +305,64 @@ func TestLeaderTracksReplicasAReassignmentAdds(t *testing.T) {
 	require.True(t, l.Apply(gone))
 	_, known = l.Progress(4)
 	require.False(t, known)
+}
+
+// TestLeaderAnswerKeepsACommittedProposalCounted: the controller's answer
+// to an ISR expansion that completed a reassignment (NEW_LEADER_ELECTED, or
+// success in a new leader epoch) or found the proposal stale leaves the
+// proposal counted for the high watermark until the new state arrives: the
+// member it adds may be in the committed ISR, and lead next, without the
+// records past its log end. Refusals and lost answers forget it.
+func TestLeaderAnswerKeepsACommittedProposalCounted(t *testing.T) {
+	// The new member then stops fetching for longer than the lag time: only
+	// a proposal still counted holds the high watermark at its log end.
+	lag := 500 * time.Millisecond
+	moving := PartitionState{Topic: "t", Replicas: ids(1, 2, 4, 3), Leader: 1, LeaderEpoch: 5, ISR: ids(1, 2, 3), PartitionEpoch: 10,
+		AddingReplicas: ids(4), RemovingReplicas: ids(3)}
+	completed := PartitionState{Topic: "t", Replicas: ids(1, 2, 4), Leader: 1, LeaderEpoch: 6, ISR: ids(1, 2, 4), PartitionEpoch: 11}
+	moved := completed.Clone()
+	moved.Leader = 4
+	expanded := moving.Clone()
+	expanded.ISR, expanded.PartitionEpoch = ids(1, 2, 3, 4), 11
+	for _, c := range []struct {
+		name   string
+		next   PartitionState
+		err    error
+		want   ISRAnswer
+		wantHW int64
+	}{
+		{"NEW_LEADER_ELECTED", PartitionState{}, fmt.Errorf("remote: %w", ErrNewLeaderElected), ISRWaiting, 150},
+		{"committed in a new leader epoch", completed, nil, ISRWaiting, 150},
+		{"committed with another leader", moved, nil, ISRWaiting, 150},
+		{"stale proposal", moving, ErrStaleState, ISRWaiting, 150},
+		{"applied in this epoch", expanded, nil, ISRApplied, 150},
+		{"refused: ineligible", moving, ErrIneligibleReplica, ISRAborted, 200},
+		{"no answer", PartitionState{}, ErrUnreachable, ISRAborted, 200},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := NewLeader(1, moving, LeaderConfig{MinInSyncReplicas: 2, ReplicaLagTime: lag}, 150, 150, t0)
+			l.Fetch(2, 1, 150, 150, t0)
+			l.Fetch(3, 1, 150, 150, t0)
+			l.Fetch(4, 1, 150, 150, t0) // caught up: it joins
+			isr, ok := l.ProposeISR(t0)
+			require.True(t, ok)
+			require.ElementsMatch(t, ids(1, 2, 3, 4), isr)
+
+			got := l.Answer(c.next, c.err)
+			require.Equal(t, c.want, got)
+			// The leader's log grows to 200 and the old ISR has it all;
+			// the new member has not fetched since.
+			l.Fetch(2, 1, 200, 200, t0.Add(time.Second))
+			l.Fetch(3, 1, 200, 200, t0.Add(time.Second))
+			l.Advance(200, t0.Add(time.Second))
+			require.Equal(t, c.wantHW, l.HighWatermark())
+			if c.want == ISRWaiting {
+				require.ElementsMatch(t, isr, l.Pending(), "the proposal stays in flight")
+				_, again := l.ProposeISR(t0.Add(time.Second))
+				require.False(t, again, "no other proposal meanwhile")
+			} else {
+				require.Nil(t, l.Pending())
+			}
+		})
+	}
 }
