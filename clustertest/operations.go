@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -19,11 +20,24 @@ type Reassignment struct {
 	Replicas, Adding, Removing []int32
 }
 
-// ask sends req to the first answering node that answers at all.
-func (c *Cluster) ask(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+// opTimeout bounds an operation at the node asked: it is the request's
+// TimeoutMillis, within which the node forwards it to the active
+// controller and answers (REQUEST_TIMED_OUT or NOT_CONTROLLER past it).
+// ask waits a little longer for the answer before it asks another node, so
+// that a request is not still on its way at one node when the next goes to
+// another: a reassignment cancelled meanwhile would be started again by
+// the first.
+const opTimeout = 10 * time.Second
+
+// ask sends req to the first answering node that answers at all, waiting
+// up to bound and a little more for each.
+func (c *Cluster) ask(ctx context.Context, req kmsg.Request, bound time.Duration) (kmsg.Response, error) {
+	if tr, ok := req.(kmsg.SetTimeoutRequest); ok {
+		tr.SetTimeout(int32(bound / time.Millisecond))
+	}
 	err := ErrNotRunning
 	for _, n := range c.answering() {
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		rctx, cancel := context.WithTimeout(ctx, bound+5*time.Second)
 		resp, rerr := n.Request(rctx, req)
 		cancel()
 		if rerr == nil {
@@ -49,7 +63,7 @@ func (c *Cluster) Reassign(ctx context.Context, topic string, partition int32, r
 	rp.Partition, rp.Replicas = partition, replicas
 	rt.Partitions = []kmsg.AlterPartitionAssignmentsRequestTopicPartition{rp}
 	req.Topics = []kmsg.AlterPartitionAssignmentsRequestTopic{rt}
-	resp, err := c.ask(ctx, req)
+	resp, err := c.ask(ctx, req, opTimeout)
 	if err != nil {
 		return err
 	}
@@ -68,7 +82,7 @@ func (c *Cluster) Reassign(ctx context.Context, topic string, partition int32, r
 
 // Reassignments lists a topic's reassignments under way, by partition.
 func (c *Cluster) Reassignments(ctx context.Context, topic string) (map[int32]Reassignment, error) {
-	resp, err := c.ask(ctx, kmsg.NewPtrListPartitionReassignmentsRequest())
+	resp, err := c.ask(ctx, kmsg.NewPtrListPartitionReassignmentsRequest(), opTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +143,7 @@ func (c *Cluster) ElectLeaders(ctx context.Context, unclean bool, topic string, 
 		req.ElectionType = 1
 	}
 	req.Topics = []kmsg.ElectLeadersRequestTopic{{Topic: topic, Partitions: partitions}}
-	resp, err := c.ask(ctx, req)
+	resp, err := c.ask(ctx, req, opTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +160,10 @@ func (c *Cluster) ElectLeaders(ctx context.Context, unclean bool, topic string, 
 	return out, nil
 }
 
+// unregisterTimeout is how long a node works on an UnregisterBroker
+// (transport's bound for it).
+const unregisterTimeout = 25 * time.Second
+
 // UnregisterBroker asks for a broker's registration to be removed, the
 // last step of its decommission: BROKER_ID_NOT_REGISTERED, or
 // INVALID_REQUEST (with the reason) while it holds replicas or runs, are
@@ -153,7 +171,9 @@ func (c *Cluster) ElectLeaders(ctx context.Context, unclean bool, topic string, 
 func (c *Cluster) UnregisterBroker(ctx context.Context, id int32) error {
 	req := kmsg.NewPtrUnregisterBrokerRequest()
 	req.BrokerID = id
-	resp, err := c.ask(ctx, req)
+	// The request has no timeout of its own: a node bounds it by
+	// unregisterTimeout.
+	resp, err := c.ask(ctx, req, unregisterTimeout)
 	if err != nil {
 		return err
 	}

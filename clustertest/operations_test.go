@@ -59,7 +59,9 @@ func startSteadyProducer(t *testing.T, c *clustertest.Cluster, topic string, rat
 			}
 			v := fmt.Sprintf("m%d", seq)
 			p.ledger.Send(v)
-			cl.Produce(ctx, &kgo.Record{Value: []byte(v)}, func(r *kgo.Record, err error) {
+			// Not ctx: a record handed over is sent and answered after
+			// the loop stops (finish flushes them).
+			cl.Produce(context.Background(), &kgo.Record{Value: []byte(v)}, func(r *kgo.Record, err error) {
 				if err != nil {
 					p.failed.Add(1)
 					p.errMu.Lock()
@@ -123,6 +125,8 @@ func replicaGone(ctx context.Context, n *clustertest.Node, topic string, partiti
 //   - the leader (node 4) crashes, the leadership moves; back and in sync,
 //     a preferred election returns the leadership to it, and a second
 //     election is not needed;
+//   - the active controller hangs (SIGSTOP): the operations, sent to any
+//     other node, reach the controller elected after it;
 //   - a reassignment to a paused node stays under way (listed with its
 //     adding and removing replicas) until cancelled: back to the replicas
 //     before, the paused node holds nothing once it resumes;
@@ -236,13 +240,33 @@ func TestOperations(t *testing.T) {
 	require.NoError(t, p.awaitAcks(pctx, "after the preferred election"))
 	pcancel()
 
+	// The active controller hangs: the operations reach the controller
+	// elected after it, through any node.
+	pctx, pcancel = phase()
+	var ctrl int32
+	require.NoError(t, clustertest.Eventually(pctx, "an agreed controller", func(ctx context.Context) (err error) {
+		ctrl, err = c.Controller(ctx)
+		return err
+	}))
+	require.NoError(t, c.Node(ctrl).Pause())
+	res, err = c.ElectLeaders(pctx, false, movingTopic, 0)
+	require.NoError(t, err)
+	require.ErrorIs(t, res[0], kerr.ElectionNotNeeded)
+	under, err := c.Reassignments(pctx, movingTopic)
+	require.NoError(t, err)
+	require.Empty(t, under)
+	require.NoError(t, c.Node(ctrl).Resume())
+	require.NoError(t, c.WaitInSync(pctx, movingTopic))
+	step("with the active controller (node %d) paused, the operations reached its successor", ctrl)
+	pcancel()
+
 	// A reassignment to a node that cannot catch up (paused) stays under
 	// way until cancelled.
 	pctx, pcancel = phase()
 	require.NoError(t, c.Node(leader).Pause())
 	target = []int32{4, followers[0], leader}
 	require.NoError(t, c.Reassign(pctx, movingTopic, 0, target))
-	under, err := c.Reassignments(pctx, movingTopic)
+	under, err = c.Reassignments(pctx, movingTopic)
 	require.NoError(t, err)
 	require.Equal(t, clustertest.Reassignment{Replicas: append(slices.Clone(target), followers[1]), Adding: []int32{leader}, Removing: []int32{followers[1]}}, under[0])
 	require.NoError(t, p.awaitAcks(pctx, "while the reassignment is under way"))

@@ -16,11 +16,15 @@ import (
 // node that is not the active controller sends it there.
 func init() { register(kmsg.UnregisterBroker, 0, 0, unregisterBroker) }
 
+// unregisterTimeout bounds an UnregisterBroker at this node.
+const unregisterTimeout = 25 * time.Second
+
 func unregisterBroker(c *conn, req *request, body *kmsg.UnregisterBrokerRequest) (kmsg.Response, error) {
 	resp := body.ResponseKind().(*kmsg.UnregisterBrokerResponse)
-	// The request has no timeout of its own: the Java client's default
-	// API timeout bounds it.
-	ctx, cancel := opContext(c, int32(time.Minute/time.Millisecond))
+	// The request has no timeout of its own: give up before clients do
+	// (the Java client's request.timeout.ms is 30 s), so that one retrying
+	// elsewhere does not race a forward still under way here.
+	ctx, cancel := opContext(c, int32(unregisterTimeout/time.Millisecond))
 	defer cancel()
 	resp.ErrorCode, resp.ErrorMessage = errorAndMessage(c.s.b.UnregisterBroker(ctx, body.BrokerID))
 	return resp, nil

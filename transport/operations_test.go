@@ -258,7 +258,6 @@ func TestControllerListenerAnswersKafkaCodes(t *testing.T) {
 	require.NoError(t, err)
 	defer cl.Close()
 	c.createTopic(ctx, cl, "t", 1, 3, nil)
-	md := c.metadata(ctx, cl, "t")
 	var active int32
 	require.Eventually(t, func() bool {
 		for id, nd := range c.running() {
@@ -269,11 +268,15 @@ func TestControllerListenerAnswersKafkaCodes(t *testing.T) {
 		}
 		return false
 	}, 10*time.Second, 10*time.Millisecond)
-	st, _ := c.running()[active].Broker().Quorum().Image().Partition("t", 0)
+	im := c.running()[active].Broker().Quorum().Image()
+	st, _ := im.Partition("t", 0)
+	ti, _ := im.Topic("t")
+	id, err := spool.ParseTopicID(ti.ID)
+	require.NoError(t, err)
 	req := kmsg.NewPtrAlterPartitionRequest()
 	req.BrokerID, req.BrokerEpoch = st.Leader, -1
 	rt := kmsg.NewAlterPartitionRequestTopic()
-	rt.TopicID = md.TopicID
+	rt.TopicID = [16]byte(id)
 	rp := kmsg.NewAlterPartitionRequestTopicPartition()
 	rp.Partition, rp.LeaderEpoch, rp.PartitionEpoch = 0, st.LeaderEpoch, st.PartitionEpoch-1
 	for _, m := range st.ISR {

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spoolmq/spool/controller"
 	"github.com/spoolmq/spool/replica"
@@ -11,6 +12,28 @@ import (
 
 // The operator's operations a node sends to the active controller's
 // listener on behalf of a client that asked it (spool.Remote).
+
+// controllerAttemptTimeout bounds one request to a controller listener
+// (controllerRequest).
+const controllerAttemptTimeout = 5 * time.Second
+
+// controllerRequest sends req to the controller listener at addr, giving
+// up after controllerAttemptTimeout as on an unreachable controller: one
+// that hangs (paused, cut off) is left in time for the caller
+// (spool's netCluster.call) to try the controller elected meanwhile, within
+// its own deadline. A deposed controller cannot commit what it is sent; a
+// slow one may, so the operations are safe to repeat (a repeated target
+// changes nothing; the caller takes a repeated cancellation's or
+// unregistration's refusal as its own effect).
+func (r *remote) controllerRequest(ctx context.Context, addr string, req kmsg.Request) (kmsg.Response, error) {
+	actx, cancel := context.WithTimeout(ctx, controllerAttemptTimeout)
+	defer cancel()
+	resp, err := r.peers.request(actx, addr, req)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		return nil, fmt.Errorf("%w: %s did not answer within %v", replica.ErrUnreachable, addr, controllerAttemptTimeout)
+	}
+	return resp, err
+}
 
 const (
 	electLeadersVersion     = 2
@@ -57,7 +80,7 @@ func (r *remote) AlterPartitionReassignments(ctx context.Context, addr string, r
 		p.Partition, p.Replicas = re.Partition, re.Replicas
 		kr.Topics[i].Partitions = append(kr.Topics[i].Partitions, p)
 	}
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +132,7 @@ func (r *remote) ListPartitionReassignments(ctx context.Context, addr string, pa
 			kr.Topics[i].Partitions = append(kr.Topics[i].Partitions, tp.Partition)
 		}
 	}
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +176,7 @@ func (r *remote) ElectLeaders(ctx context.Context, addr string, typ replica.Elec
 			kr.Topics[i].Partitions = append(kr.Topics[i].Partitions, tp.Partition)
 		}
 	}
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +198,7 @@ func (r *remote) UnregisterBroker(ctx context.Context, addr string, id int32) er
 	kr := kmsg.NewPtrUnregisterBrokerRequest()
 	kr.Version = unregisterBrokerVersion
 	kr.BrokerID = id
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return err
 	}
