@@ -33,8 +33,10 @@ import (
 // a controller listener's address. Package transport implements it with
 // Kafka's Fetch, OffsetsForLeaderEpoch, BrokerRegistration,
 // BrokerHeartbeat, AlterPartition, AllocateProducerIds, CreateTopics,
-// DeleteTopics, CreatePartitions and AlterConfigs. Errors from a node that
-// is not the active controller wrap a *controller.NotControllerError.
+// DeleteTopics, CreatePartitions, AlterConfigs,
+// AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders
+// and UnregisterBroker. Errors from a node that is not the active
+// controller wrap a *controller.NotControllerError.
 type Remote interface {
 	replica.Network
 	RegisterBroker(ctx context.Context, addr string, r controller.Registration) (int64, error)
@@ -45,6 +47,12 @@ type Remote interface {
 	DeleteTopic(ctx context.Context, addr string, name string) error
 	CreatePartitions(ctx context.Context, addr string, name string, total int32) error
 	AlterTopicConfig(ctx context.Context, addr string, name string, cfg TopicConfig) error
+	// The operator's operations (operations.go), each answered by the
+	// active controller as controller.Quorum's method of the same name.
+	AlterPartitionReassignments(ctx context.Context, addr string, rs []controller.Reassignment, allowRFChange bool) ([]error, error)
+	ListPartitionReassignments(ctx context.Context, addr string, parts []controller.TopicPartition) ([]controller.OngoingReassignment, error)
+	ElectLeaders(ctx context.Context, addr string, typ replica.ElectionType, parts []controller.TopicPartition) ([]controller.ElectionResult, error)
+	UnregisterBroker(ctx context.Context, addr string, id int32) error
 	// Produce writes a batch at broker's leader replica of a partition and
 	// waits as opts.Acks says (Kafka's Produce); it returns the base
 	// offset.
@@ -356,13 +364,14 @@ func (nc *netCluster) remove(tp TopicPartition) {
 	}
 	dir := p.Dir()
 	if err := p.Close(); err != nil {
-		b.logger.Warn("closing a deleted topic's replica", "topic", tp.Topic, "partition", tp.Partition, "err", err)
+		b.logger.Warn("closing a replica the metadata no longer places here", "topic", tp.Topic, "partition", tp.Partition, "err", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		b.logger.Warn("deleting a deleted topic's replica", "dir", dir, "err", err)
+		b.logger.Warn("deleting a replica the metadata no longer places here", "dir", dir, "err", err)
 		return
 	}
-	b.logger.Info("deleted the replica of a deleted topic", "topic", tp.Topic, "partition", tp.Partition)
+	// Its topic was deleted, or a reassignment moved the replica away.
+	b.logger.Info("deleted a replica the metadata no longer places here", "topic", tp.Topic, "partition", tp.Partition)
 }
 
 // removeStrays deletes partition directories the metadata no longer
@@ -689,7 +698,7 @@ func (nc *netCluster) topic(ctx context.Context, name string) (replica.TopicSpec
 	}
 	spec := replica.TopicSpec{Name: name, Partitions: len(t.Partitions), Config: slices.Clone([]byte(t.Config)), UncleanLeaderElection: t.Unclean}
 	if len(t.Partitions) > 0 {
-		spec.ReplicationFactor = len(t.Partitions[0].Replicas)
+		spec.ReplicationFactor = t.Partitions[0].ReplicationFactor() // not counting what a reassignment adds
 	}
 	states := make([]replica.PartitionState, len(t.Partitions))
 	for i, st := range t.Partitions {
@@ -796,8 +805,8 @@ func (nc *netCluster) alterTopicConfig(ctx context.Context, name string, alter f
 			return err
 		}
 		eff := nc.b.effective(next)
-		if eff.MinInSyncReplicas > len(t.Partitions[0].Replicas) {
-			return fmt.Errorf("%w: min.insync.replicas %d > replication factor %d", ErrInvalidConfig, eff.MinInSyncReplicas, len(t.Partitions[0].Replicas))
+		if rf := t.Partitions[0].ReplicationFactor(); eff.MinInSyncReplicas > rf {
+			return fmt.Errorf("%w: min.insync.replicas %d > replication factor %d", ErrInvalidConfig, eff.MinInSyncReplicas, rf)
 		}
 		data, err := encodeTopicSpec(next)
 		if err != nil {

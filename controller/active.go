@@ -53,6 +53,7 @@ func (q *Quorum) watchLeadership() {
 				continue
 			}
 			q.expireSessions(time.Now())
+			q.completeReassignments()
 		}
 	}
 }
@@ -395,10 +396,10 @@ func (q *Quorum) AlterPartition(ctx context.Context, req replica.AlterPartitionR
 	if !ok {
 		return replica.PartitionState{}, fmt.Errorf("%w: %s-%d", replica.ErrUnknownPartition, req.Topic, req.Partition)
 	}
-	next, err := replica.CheckAlterPartition(st, req, func(id int32, seen int64) bool {
+	next, err := replica.DecideAlterPartition(st, req, func(id int32, seen int64) bool {
 		b, ok := im.Broker(id)
 		return !ok || !b.Eligible() || b.Epoch != seen
-	})
+	}, im.Eligible)
 	if err != nil {
 		return next, err
 	}
@@ -406,6 +407,15 @@ func (q *Quorum) AlterPartition(ctx context.Context, req replica.AlterPartitionR
 		return st, err
 	}
 	q.log.Info("ISR changed", "topic", req.Topic, "partition", req.Partition, "from", st.ISR, "to", next.ISR, "partition_epoch", next.PartitionEpoch)
+	if st.Reassigning() && !next.Reassigning() {
+		q.log.Info("reassignment completed", "topic", req.Topic, "partition", req.Partition, "replicas", next.Replicas,
+			"leader", next.Leader, "leader_epoch", next.LeaderEpoch)
+	}
+	if next.Leader != req.Leader {
+		// Committed, and the leadership moved with the reassignment it
+		// completed: the old leader learns its role from the metadata.
+		return next, fmt.Errorf("%w: %s-%d is led by %d in epoch %d", replica.ErrNewLeaderElected, req.Topic, req.Partition, next.Leader, next.LeaderEpoch)
+	}
 	return next, nil
 }
 
@@ -506,7 +516,7 @@ func (q *Quorum) CreatePartitions(ctx context.Context, name string, total int) e
 	if total <= have {
 		return fmt.Errorf("%w: %q has %d partitions; partitions can only be added (asked for %d)", replica.ErrInvalidConfig, name, have, total)
 	}
-	rf := len(t.Partitions[0].Replicas)
+	rf := t.Partitions[0].ReplicationFactor() // not counting what a reassignment adds
 	live := q.eligibleBrokers(im)
 	if rf > len(live) {
 		return fmt.Errorf("%w: replication factor %d, %d eligible brokers", replica.ErrNotEnoughBrokers, rf, len(live))

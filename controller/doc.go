@@ -21,10 +21,16 @@
 // committed before its term, a node is the active controller (Quorum.Active).
 // Its operations - RegisterBroker, BrokerHeartbeat, AlterPartition,
 // CreateTopic, DeleteTopic, CreatePartitions, AlterTopicConfig,
-// AllocateProducerIDs, ElectPreferredLeaders - run one at a time: each
-// reads the image, decides with the pure rules of package replica
-// (Reconcile, CheckAlterPartition, ElectPreferred, AssignReplicas) and
-// commits its records as one Raft entry, returning once applied. Broker
+// AllocateProducerIDs, ElectPreferredLeaders, and an operator's
+// AlterPartitionReassignments, ElectLeaders and UnregisterBroker - run
+// one at a time: each reads the image, decides with the pure rules of
+// package replica (Reconcile, DecideAlterPartition, ElectPreferred,
+// AssignReplicas, Reassign, CancelReassignment, DecideElection) and
+// commits its records as one Raft entry, returning once applied. A
+// partition reassignment (KIP-455) records its adding and removing
+// replicas in the partition's state; it completes in the ISR change that
+// brings the last added replica in sync, or at the periodic check behind
+// it. Broker
 // sessions live in its memory: a broker silent for SessionTimeout is fenced
 // (it leaves every ISR it can and its leaderships move, in the same entry);
 // a new active controller starts every session afresh. Other nodes answer

@@ -122,18 +122,25 @@ type PartitionRecord struct {
 	LeaderEpoch    int32   `json:"leader_epoch"`
 	ISR            []int32 `json:"isr"`
 	PartitionEpoch int32   `json:"partition_epoch"`
+	// Adding and Removing are an ongoing reassignment's replicas (KRaft's
+	// AddingReplicas and RemovingReplicas; KIP-455), absent when none
+	// runs - as in every record written before reassignments existed.
+	Adding   []int32 `json:"adding_replicas,omitempty"`
+	Removing []int32 `json:"removing_replicas,omitempty"`
 }
 
 // State is the record as a replica.PartitionState.
 func (r *PartitionRecord) State() replica.PartitionState {
 	return replica.PartitionState{Topic: r.Topic, Partition: r.Partition, Replicas: r.Replicas, Leader: r.Leader,
-		LeaderEpoch: r.LeaderEpoch, ISR: r.ISR, PartitionEpoch: r.PartitionEpoch}.Clone()
+		LeaderEpoch: r.LeaderEpoch, ISR: r.ISR, PartitionEpoch: r.PartitionEpoch,
+		AddingReplicas: r.Adding, RemovingReplicas: r.Removing}.Clone()
 }
 
 func partitionRecord(topicID string, st replica.PartitionState) Record {
 	st = st.Clone()
 	return Record{Partition: &PartitionRecord{TopicID: topicID, Topic: st.Topic, Partition: st.Partition, Replicas: st.Replicas,
-		Leader: st.Leader, LeaderEpoch: st.LeaderEpoch, ISR: st.ISR, PartitionEpoch: st.PartitionEpoch}}
+		Leader: st.Leader, LeaderEpoch: st.LeaderEpoch, ISR: st.ISR, PartitionEpoch: st.PartitionEpoch,
+		Adding: st.AddingReplicas, Removing: st.RemovingReplicas}}
 }
 
 // TopicConfigRecord replaces a topic's own settings. It applies only if

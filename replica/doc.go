@@ -13,6 +13,13 @@
 //	ElectLeader       who may lead (ISR first; unclean only if allowed)
 //	AssignReplicas    round-robin placement, preferred leader first
 //
+// and beside them the controller's (rules_controller.go, rules_reassign.go):
+//
+//	Reconcile, CheckAlterPartition   fencing, unfencing, a leader's ISR change
+//	Reassign, CompleteReassignment,  partition reassignment (KIP-455): the new
+//	CancelReassignment               replicas catch up before the old leave
+//	DecideElection, ElectPreferred   elections an operator asks for (KIP-460)
+//
 // Drivers apply them:
 //
 //	+-------------------- Node (one broker) ---------------------+
@@ -52,5 +59,7 @@
 // ISR changes go through the controller with the partition epoch they were
 // made against and are refused if it is stale (KIP-497); a broker that
 // restarted since the leader saw it fetch cannot rejoin the ISR with its
-// old incarnation (KIP-903).
+// old incarnation (KIP-903). A reassignment removes a replica only in the
+// change that brings every replica it adds into the ISR, and bumps the
+// leader epoch then, so that the removed replica is fenced.
 package replica

@@ -79,6 +79,39 @@ var (
 	ErrNotEnoughBrokers = errors.New("replica: not enough live brokers for the replication factor")
 )
 
+// Errors about reassignments and leader elections an operator asked for
+// (KIP-455 AlterPartitionReassignments, KIP-460 ElectLeaders).
+var (
+	// ErrInvalidReplicaAssignment refuses a reassignment's target: empty,
+	// naming a broker twice or one that is not registered, or a
+	// cancellation that would need an unclean election the topic does not
+	// allow (INVALID_REPLICA_ASSIGNMENT).
+	ErrInvalidReplicaAssignment = errors.New("replica: invalid replica assignment")
+	// ErrReplicationFactorChange refuses a reassignment that changes the
+	// partition's replication factor when the request does not allow it
+	// (KIP-860, INVALID_REPLICATION_FACTOR).
+	ErrReplicationFactorChange = errors.New("replica: the reassignment would change the replication factor")
+	// ErrNoReassignmentInProgress refuses to cancel a reassignment of a
+	// partition that has none (NO_REASSIGNMENT_IN_PROGRESS).
+	ErrNoReassignmentInProgress = errors.New("replica: no reassignment in progress")
+	// ErrElectionNotNeeded answers an election for a partition already led
+	// as asked: by its preferred replica, or (unclean) by anyone
+	// (ELECTION_NOT_NEEDED).
+	ErrElectionNotNeeded = errors.New("replica: leader election not needed")
+	// ErrPreferredLeaderNotAvailable answers a preferred election whose
+	// preferred replica is not an eligible ISR member
+	// (PREFERRED_LEADER_NOT_AVAILABLE).
+	ErrPreferredLeaderNotAvailable = errors.New("replica: the preferred leader is not available")
+	// ErrEligibleLeadersNotAvailable answers an unclean election that
+	// found no eligible replica at all (ELIGIBLE_LEADERS_NOT_AVAILABLE).
+	ErrEligibleLeadersNotAvailable = errors.New("replica: no eligible leader is available")
+	// ErrNewLeaderElected answers a leader's ISR change that was committed
+	// and completed a reassignment which moved the leadership away from it
+	// (NEW_LEADER_ELECTED): the change took effect; the leader waits for
+	// the new state.
+	ErrNewLeaderElected = errors.New("replica: the ISR change was committed and a new leader elected")
+)
+
 // OffsetOutOfRangeError is a leader's answer to a follower's fetch at an
 // offset its log does not hold (OFFSET_OUT_OF_RANGE), with the range it
 // does hold. errors.Is(err, log.ErrOffsetOutOfRange) is true of it. A

@@ -495,13 +495,18 @@ func (r *ReplicaSet) proposeISR() {
 	if r.leader != leader {
 		return
 	}
-	if err != nil {
-		r.leader.Abort()
+	switch r.leader.Answer(next, err) {
+	case ISRAborted:
 		r.node.log.Debug("ISR change refused", "topic", r.topic, "partition", r.id, "isr", isr, "err", err)
-		return
+	case ISRWaiting:
+		// The new state comes with the metadata, through Apply, which must
+		// find this replica still in the old one.
+		r.node.log.Info("ISR change answered with a state not yet seen; waiting for it", "topic", r.topic, "partition", r.id,
+			"isr", isr, "state", next, "err", err)
+	case ISRApplied:
+		r.node.log.Info("ISR changed", "topic", r.topic, "partition", r.id, "from", st.ISR, "to", next.ISR)
+		r.applySameEpochLocked(next)
 	}
-	r.node.log.Info("ISR changed", "topic", r.topic, "partition", r.id, "from", st.ISR, "to", next.ISR)
-	r.applySameEpochLocked(next)
 }
 
 // applySameEpochLocked takes a newer state in the leader epoch this replica

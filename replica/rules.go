@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -30,13 +31,29 @@ type PartitionState struct {
 	ISR []int32
 	// PartitionEpoch counts every change to this state (KIP-497).
 	PartitionEpoch int32
+	// AddingReplicas and RemovingReplicas are an ongoing reassignment's
+	// (KIP-455): while it runs, Replicas holds the target's replicas (in
+	// the target's order) followed by those it removes; the ones it adds
+	// catch up as followers, and once all of them are in the ISR the
+	// reassignment completes - Replicas becomes the target, the removed
+	// replicas leave (CompleteReassignment). Both empty: none runs.
+	AddingReplicas   []int32 `json:",omitempty"`
+	RemovingReplicas []int32 `json:",omitempty"`
 }
 
 // Clone returns a deep copy.
 func (s PartitionState) Clone() PartitionState {
 	s.Replicas = slices.Clone(s.Replicas)
 	s.ISR = slices.Clone(s.ISR)
+	s.AddingReplicas = slices.Clone(s.AddingReplicas)
+	s.RemovingReplicas = slices.Clone(s.RemovingReplicas)
 	return s
+}
+
+// Reassigning reports whether a reassignment of the partition is under
+// way.
+func (s PartitionState) Reassigning() bool {
+	return len(s.AddingReplicas) > 0 || len(s.RemovingReplicas) > 0
 }
 
 // InISR reports whether broker id is in the ISR.
@@ -55,8 +72,12 @@ func (s PartitionState) NewerThan(o PartitionState) bool {
 }
 
 func (s PartitionState) String() string {
-	return fmt.Sprintf("%s-%d{leader %d epoch %d isr %v replicas %v partition epoch %d}",
-		s.Topic, s.Partition, s.Leader, s.LeaderEpoch, s.ISR, s.Replicas, s.PartitionEpoch)
+	moving := ""
+	if s.Reassigning() {
+		moving = fmt.Sprintf(" adding %v removing %v", s.AddingReplicas, s.RemovingReplicas)
+	}
+	return fmt.Sprintf("%s-%d{leader %d epoch %d isr %v replicas %v%s partition epoch %d}",
+		s.Topic, s.Partition, s.Leader, s.LeaderEpoch, s.ISR, s.Replicas, moving, s.PartitionEpoch)
 }
 
 // Progress is what a leader knows of one follower.
@@ -290,6 +311,20 @@ func (l *Leader) Apply(st PartitionState) bool {
 			p.LastCaughtUp = time.Time{}
 		}
 	}
+	// A reassignment adds replicas within the leader epoch: the leader
+	// tracks them from their first fetch, as out-of-sync followers, so
+	// that they can catch up and join the ISR. (Replicas only leave with a
+	// new leader epoch, but a state without one is not tracked either.)
+	for _, r := range st.Replicas {
+		if _, ok := l.progress[r]; !ok && r != l.self {
+			l.progress[r] = &Progress{LogEnd: -1, lastFetchLeaderEnd: -1}
+		}
+	}
+	for id := range l.progress {
+		if !st.HasReplica(id) {
+			delete(l.progress, id)
+		}
+	}
 	l.state = st.Clone()
 	l.pending = nil
 	return true
@@ -298,6 +333,47 @@ func (l *Leader) Apply(st PartitionState) bool {
 // Abort forgets the change in flight: the controller refused it or did not
 // answer.
 func (l *Leader) Abort() { l.pending = nil }
+
+// ISRAnswer is what a leader did with the controller's answer to its ISR
+// proposal (Leader.Answer).
+type ISRAnswer int
+
+const (
+	// ISRApplied: the answer is the new state in this leader epoch, taken.
+	ISRApplied ISRAnswer = iota
+	// ISRWaiting: the controller holds a state this leader has not seen -
+	// one this very change committed in a new leader epoch (a reassignment
+	// it completed removed replicas or moved the leadership), or one that
+	// made the proposal stale. The proposal stays counted for the high
+	// watermark, and no other is made, until that state arrives (Apply, or
+	// a new leader epoch).
+	ISRWaiting
+	// ISRAborted: refused, or no answer; the proposal is forgotten and may
+	// be made again.
+	ISRAborted
+)
+
+// Answer takes the controller's answer to the proposal in flight, as
+// Kafka's Partition.handleAlterPartitionUpdate and
+// handleAlterPartitionError do. A success in this leader epoch is applied.
+// A success in another epoch, NEW_LEADER_ELECTED (ErrNewLeaderElected) and
+// a stale proposal (ErrStaleState) wait for the metadata: the change may
+// be committed - with a member the proposal adds already in the ISR the
+// controller holds, one that may lead next - so the high watermark must
+// keep counting that member until the leader learns the new state; taking
+// the old ISR back instead could acknowledge records the next leader does
+// not have. Any other error forgets the proposal.
+func (l *Leader) Answer(next PartitionState, err error) ISRAnswer {
+	switch {
+	case err == nil && next.Leader == l.self && next.LeaderEpoch == l.state.LeaderEpoch:
+		l.Apply(next)
+		return ISRApplied
+	case err == nil, errors.Is(err, ErrNewLeaderElected), errors.Is(err, ErrStaleState):
+		return ISRWaiting
+	}
+	l.Abort()
+	return ISRAborted
+}
 
 func sameSet(a, b []int32) bool {
 	if len(a) != len(b) {

@@ -603,5 +603,9 @@ func apiErrorCode(err error) int16 {
 	if errors.As(err, &ce) {
 		return ce.code
 	}
+	var re *remoteError
+	if errors.As(err, &re) {
+		return re.code
+	}
 	return errorCode(err)
 }

@@ -85,7 +85,13 @@ const (
 	errDuplicateBrokerRegistration        int16 = 101
 	errInconsistentClusterID              int16 = 104
 	errIneligibleReplica                  int16 = 107
-	errInvalidUpdateVersion               int16 = 108
+	errInvalidUpdateVersion               int16 = 95
+	errNewLeaderElected                   int16 = 108
+	errPreferredLeaderNotAvailable        int16 = 80
+	errEligibleLeadersNotAvailable        int16 = 83
+	errElectionNotNeeded                  int16 = 84
+	errNoReassignmentInProgress           int16 = 85
+	errBrokerIDNotRegistered              int16 = 102
 	errMismatchedEndpointType             int16 = 114 // KIP-919
 	errUnsupportedEndpointType            int16 = 115 // KIP-919
 )
@@ -120,6 +126,27 @@ func errorCode(err error) int16 {
 		return errRequestTimedOut
 	case errors.Is(err, replica.ErrStaleState):
 		return errInvalidUpdateVersion
+	case errors.Is(err, replica.ErrNewLeaderElected):
+		return errNewLeaderElected
+	case errors.Is(err, replica.ErrInvalidReplicaAssignment):
+		return errInvalidReplicaAssignment
+	case errors.Is(err, replica.ErrReplicationFactorChange):
+		return errInvalidReplicationFactor
+	case errors.Is(err, replica.ErrNoReassignmentInProgress):
+		return errNoReassignmentInProgress
+	case errors.Is(err, replica.ErrElectionNotNeeded):
+		return errElectionNotNeeded
+	case errors.Is(err, replica.ErrPreferredLeaderNotAvailable):
+		return errPreferredLeaderNotAvailable
+	case errors.Is(err, replica.ErrEligibleLeadersNotAvailable):
+		return errEligibleLeadersNotAvailable
+	case errors.Is(err, controller.ErrBrokerNotRegistered):
+		return errBrokerIDNotRegistered
+	case errors.Is(err, controller.ErrBrokerHoldsReplicas), errors.Is(err, controller.ErrBrokerAlive):
+		// Kafka unregisters such a broker; spool refuses, and says why.
+		return errInvalidRequest
+	case errors.Is(err, spool.ErrNotSupportedHere):
+		return errInvalidRequest
 	case errors.Is(err, replica.ErrIneligibleReplica):
 		return errIneligibleReplica
 	case errors.Is(err, replica.ErrUnknownTopic), errors.Is(err, replica.ErrUnknownPartition):

@@ -425,6 +425,20 @@ func codeError(code int16, msg *string) error {
 		base = log.ErrOffsetOutOfRange
 	case errInvalidUpdateVersion:
 		base = replica.ErrStaleState
+	case errNewLeaderElected:
+		base = replica.ErrNewLeaderElected
+	case errInvalidReplicaAssignment:
+		base = replica.ErrInvalidReplicaAssignment
+	case errNoReassignmentInProgress:
+		base = replica.ErrNoReassignmentInProgress
+	case errElectionNotNeeded:
+		base = replica.ErrElectionNotNeeded
+	case errPreferredLeaderNotAvailable:
+		base = replica.ErrPreferredLeaderNotAvailable
+	case errEligibleLeadersNotAvailable:
+		base = replica.ErrEligibleLeadersNotAvailable
+	case errBrokerIDNotRegistered:
+		base = controller.ErrBrokerNotRegistered
 	case errIneligibleReplica:
 		base = replica.ErrIneligibleReplica
 	case errStaleBrokerEpoch:

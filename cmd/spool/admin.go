@@ -94,6 +94,9 @@ func (e *kafkaError) Error() string {
 	if e.msg != "" {
 		text = e.msg // the broker's own words say more than the code's description
 	}
+	if e.topic == "" {
+		return fmt.Sprintf("%s: %s", name, text) // an answer about no topic (a broker's unregistration, say)
+	}
 	return fmt.Sprintf("topic %q: %s: %s", e.topic, name, text)
 }
 

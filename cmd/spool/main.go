@@ -40,6 +40,21 @@
 //	    producers the active idempotent producers of a topic's partitions
 //	    (--topic, --partition).
 //
+//	spool partitions reassign|reassignments|cancel --bootstrap-server H:P ...
+//	    Move partitions between the brokers of a running cluster, like
+//	    kafka-reassign-partitions: reassign one (--topic, --partition,
+//	    --replicas 1,2,4) or a JSON plan's (--reassignment-json-file), and
+//	    with --wait until done; list the reassignments under way (replicas,
+//	    adding, removing); cancel one. The new replicas catch up before the
+//	    replaced ones leave.
+//
+//	spool leaders elect --bootstrap-server H:P --type preferred|unclean [--topic T [--partition P]]
+//	    Elect leaders, like kafka-leader-election.
+//
+//	spool brokers unregister --bootstrap-server H:P --id N
+//	    Remove a decommissioned broker's registration, like kafka-cluster
+//	    unregister: refused while it holds replicas or runs.
+//
 //	spool produce --topic T [--key-separator SEP] [--print-acks] [--partition P] ...
 //	    Read records from stdin, one per line, and produce them, like
 //	    kafka-console-producer. With --print-acks, print "PARTITION OFFSET"
@@ -140,6 +155,9 @@ var commands = []command{
 	{"topics", "create|list|describe|delete [flags]", "create, list, describe and delete topics", runTopics},
 	{"groups", "list|describe|delete|reset-offsets [flags]", "list, describe and delete consumer groups; reset their offsets", runGroups},
 	{"cluster", "describe|log-dirs|producers --bootstrap-server H:P [flags]", "describe a running cluster: quorum, brokers, partitions' health, log dirs, producers", runCluster},
+	{"partitions", "reassign|reassignments|cancel --bootstrap-server H:P [flags]", "move partitions between a cluster's brokers", runPartitions},
+	{"leaders", "elect --bootstrap-server H:P --type preferred|unclean [flags]", "elect partition leaders in a cluster", runLeaders},
+	{"brokers", "unregister --bootstrap-server H:P --id N", "remove a decommissioned broker from a cluster", runBrokers},
 	{"produce", "--topic T [flags]", "produce stdin's lines as records", runProduce},
 	{"consume", "--topic T [flags]", "print a topic's records", runConsume},
 	{"perf", "produce|consume --topic T [flags]", "measure producer or consumer throughput and latency", runPerf},
@@ -213,7 +231,7 @@ func usage(w io.Writer) {
 	fmt.Fprintf(w, "spool is a tool for spool brokers and data directories (Kafka's log format).\n\n")
 	fmt.Fprintf(w, "Usage:\n\n\tspool <command> [arguments]\n\nThe commands are:\n\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "\t%-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "\t%-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nUse \"spool help <command>\" for a command's flags")
 	fmt.Fprintf(w, " (\"spool help topics create\", \"spool help groups describe\", \"spool help perf produce\" for theirs).\n")

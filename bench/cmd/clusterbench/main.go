@@ -18,7 +18,11 @@
 //     set to refresh metadata and retry as the Java client does, and the
 //     time is split into detection (the controller fences the victim),
 //     election (a survivor's metadata names the new leader) and the
-//     client's part.
+//     client's part;
+//   - reassign: a one-partition RF3 topic filled to 1 GiB moves, while a
+//     producer keeps writing, from its leader to a fourth node (a broker
+//     only); the time the move takes, the producer's rate during it against
+//     before, and every acknowledged record read back from the new replica.
 //
 // Every throughput and latency run starts a fresh cluster; the tables show
 // medians of --runs runs.
@@ -67,6 +71,7 @@ type config struct {
 	latencyLingers  []time.Duration
 
 	failover       failoverConfig
+	reassign       reassignConfig
 	failoverFlush  string
 	sessionTimeout time.Duration
 	nodeLogLevel   string
@@ -91,7 +96,7 @@ func (cfg config) warn(err error) {
 	*cfg.warnings = append(*cfg.warnings, err.Error())
 }
 
-var allTests = []string{"throughput", "latency", "failover"}
+var allTests = []string{"throughput", "latency", "failover", "reassign"}
 
 func main() {
 	var cfg config
@@ -118,6 +123,13 @@ func main() {
 	flag.StringVar(&cfg.failoverFlush, "failover-flush", "sync", "the nodes' --flush policy in the failover test")
 	flag.StringVar(&cfg.nodeLogLevel, "node-log-level", "", "the nodes' --log-level (default: theirs, info); their logs are in --dir")
 	flag.StringVar(&cfg.failover.clientLog, "failover-client-log", "", "write the failover producers' kgo debug log to this `file`")
+	flag.IntVar(&cfg.reassign.runs, "reassign-runs", 3, "runs of the reassign test, each on a fresh cluster")
+	flag.Int64Var(&cfg.reassign.bytes, "reassign-bytes", 1<<30, "the reassign test's partition size, in bytes of values, when the move starts")
+	flag.IntVar(&cfg.reassign.size, "reassign-size", 1024, "the reassign test's record value size in bytes (at least 16)")
+	flag.Float64Var(&cfg.reassign.rate, "reassign-rate", 0, "the reassign test's producer rate in MB/s of values (0: as fast as the cluster acknowledges)")
+	flag.DurationVar(&cfg.reassign.window, "reassign-window", 10*time.Second, "the reassign test's measure of the producer before the move: its last this long")
+	flag.DurationVar(&cfg.reassign.timeout, "reassign-timeout", 15*time.Minute, "the longest the reassign test waits for the move to complete")
+	flag.StringVar(&cfg.reassign.flush, "reassign-flush", "none", "the nodes' --flush policy in the reassign test")
 	flag.DurationVar(&cfg.sessionTimeout, "session-timeout", 0, "the nodes' --session-timeout (default: not passed, spool serve's default of 2s)")
 	flag.Parse()
 
@@ -142,8 +154,10 @@ func main() {
 		fatalf("--failover-partitions must be at least 1")
 	case cfg.failover.controllerEvery < 0:
 		fatalf("--failover-controller-every must not be negative")
-	case cfg.size < 16:
-		fatalf("--size must be at least 16")
+	case cfg.size < 16 || cfg.reassign.size < 16:
+		fatalf("--size and --reassign-size must be at least 16")
+	case cfg.reassign.runs < 1 || cfg.reassign.bytes < int64(cfg.reassign.size) || cfg.reassign.rate < 0 || cfg.reassign.window <= 0 || cfg.reassign.timeout <= 0:
+		fatalf("--reassign-runs must be at least 1, --reassign-bytes at least a record, --reassign-window and --reassign-timeout positive, --reassign-rate not negative")
 	case cfg.failover.rate <= 0 || cfg.latencyFraction <= 0 || cfg.latencyRate < 0:
 		fatalf("--failover-rate and --latency-fraction must be positive, --latency-rate not negative")
 	case slices.Contains(cfg.tests, "latency") && !slices.Contains(cfg.tests, "throughput") && cfg.latencyRate == 0:
@@ -246,6 +260,13 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			return fmt.Errorf("failover: %w (node logs in %s)", err, dir)
 		}
 		printFailover(out, cfg, res, recordErrs)
+	}
+	if slices.Contains(cfg.tests, "reassign") {
+		res, err := runReassign(ctx, cfg, progress)
+		if err != nil {
+			return err
+		}
+		printReassign(out, cfg, res)
 	}
 	for _, w := range *cfg.warnings {
 		fmt.Fprintf(out, "warning: %s\n", w)
