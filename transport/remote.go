@@ -205,7 +205,7 @@ func (r *remote) RegisterBroker(ctx context.Context, addr string, reg controller
 	if reg.Rack != "" {
 		kr.Rack = &reg.Rack
 	}
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return 0, err
 	}
@@ -222,7 +222,7 @@ func (r *remote) BrokerHeartbeat(ctx context.Context, addr string, h controller.
 	kr.Version = heartbeatVersion
 	kr.BrokerID, kr.BrokerEpoch, kr.CurrentMetadataOffset = h.BrokerID, h.BrokerEpoch, int64(h.MetadataIndex)
 	kr.WantFence, kr.WantShutdown = h.WantFence, h.WantShutdown
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return controller.HeartbeatResult{}, err
 	}
@@ -257,7 +257,7 @@ func (r *remote) AlterPartition(ctx context.Context, addr string, req replica.Al
 	}
 	t.Partitions = append(t.Partitions, p)
 	kr.Topics = append(kr.Topics, t)
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return replica.PartitionState{}, err
 	}
@@ -281,7 +281,7 @@ func (r *remote) AllocateProducerIDs(ctx context.Context, addr string, broker in
 	kr := kmsg.NewPtrAllocateProducerIDsRequest()
 	kr.Version = allocatePIDsVersion
 	kr.BrokerID, kr.BrokerEpoch = broker, brokerEpoch
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return 0, err
 	}
@@ -325,7 +325,7 @@ func (r *remote) CreateTopic(ctx context.Context, addr string, name string, cfg 
 		t.Configs = append(t.Configs, c)
 	}
 	kr.Topics = append(kr.Topics, t)
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return err
 	}
@@ -345,7 +345,7 @@ func (r *remote) DeleteTopic(ctx context.Context, addr string, name string) erro
 	t.Topic = &name
 	kr.Topics = append(kr.Topics, t)
 	kr.TopicNames = append(kr.TopicNames, name)
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return err
 	}
@@ -364,7 +364,7 @@ func (r *remote) CreatePartitions(ctx context.Context, addr string, name string,
 	t := kmsg.NewCreatePartitionsRequestTopic()
 	t.Topic, t.Count = name, total
 	kr.Topics = append(kr.Topics, t)
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return err
 	}
@@ -388,7 +388,7 @@ func (r *remote) AlterTopicConfig(ctx context.Context, addr string, name string,
 		res.Configs = append(res.Configs, c)
 	}
 	kr.Resources = append(kr.Resources, res)
-	resp, err := r.peers.request(ctx, addr, kr)
+	resp, err := r.controllerRequest(ctx, addr, kr)
 	if err != nil {
 		return err
 	}

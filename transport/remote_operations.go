@@ -14,7 +14,9 @@ import (
 // listener on behalf of a client that asked it (spool.Remote).
 
 // controllerAttemptTimeout bounds one request to a controller listener
-// (controllerRequest).
+// (controllerRequest): every call a node makes to the active controller
+// (registration, heartbeats, AlterPartition, producer ids, topic changes
+// and the operator's operations) goes through it.
 const controllerAttemptTimeout = 5 * time.Second
 
 // controllerRequest sends req to the controller listener at addr, giving
@@ -23,8 +25,9 @@ const controllerAttemptTimeout = 5 * time.Second
 // (spool's netCluster.call) to try the controller elected meanwhile, within
 // its own deadline. A deposed controller cannot commit what it is sent; a
 // slow one may, so the operations are safe to repeat (a repeated target
-// changes nothing; the caller takes a repeated cancellation's or
-// unregistration's refusal as its own effect).
+// changes nothing; the caller takes a repeated creation's, deletion's,
+// partition addition's, cancellation's or unregistration's refusal as its
+// own effect when the image agrees).
 func (r *remote) controllerRequest(ctx context.Context, addr string, req kmsg.Request) (kmsg.Response, error) {
 	actx, cancel := context.WithTimeout(ctx, controllerAttemptTimeout)
 	defer cancel()
