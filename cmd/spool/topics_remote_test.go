@@ -326,6 +326,22 @@ func startCluster(t *testing.T, n int) *testCluster {
 			t.Fatalf("node %d did not become ready", id)
 		}
 	}
+	// Ready means a node has registered; the brokers count toward a
+	// replication factor once the controller has unfenced them (caught up),
+	// and each node must have applied that.
+	deadline := time.Now().Add(30 * time.Second)
+	for id, nd := range c.nodes {
+		for {
+			info, _ := nd.Broker().Cluster()
+			if len(info.Brokers) == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d sees %d unfenced brokers, want %d", id, len(info.Brokers), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	return c
 }
 
