@@ -41,11 +41,12 @@ type Node struct {
 	listen, ctrlListen string
 	addr, ctrlAddr     string
 
-	mu     sync.Mutex
-	proc   *process // the running incarnation; nil when none
-	starts int
-	direct []*kgo.Client // idle clients of this node alone, for Request
-	closed bool          // the cluster's test is over: no more clients
+	mu      sync.Mutex
+	proc    *process // the running incarnation; nil when none
+	starts  int
+	direct  []*kgo.Client // idle clients of this node alone, for Request
+	closed  bool          // the cluster's test is over: no more clients
+	mounted bool          // dir is a tmpfs of its own (Options.DiskBytes)
 }
 
 // process is one incarnation of a node.
@@ -118,6 +119,9 @@ func (n *Node) args() []string {
 	}
 	if o.ClusterID != "" {
 		args = append(args, "--cluster-id", o.ClusterID)
+	}
+	if n.c.links != nil {
+		args = append(args, "--dial-map", n.c.dialMap(n))
 	}
 	args = append(args, o.Args...)
 	if o.NodeArgs != nil {
