@@ -141,6 +141,8 @@ func TestRollingRestart(t *testing.T) {
 		clustertest.Percentile(during, 0.5), clustertest.Percentile(during, 0.99), clustertest.Percentile(during, 1))
 
 	rep, err := w.Verify(ctx)
+	failed, errs := w.Failed()
+	step("sent %d, acknowledged %d, failed %d %v", w.Ledger().Sent(), w.Ledger().Acked(), failed, errs)
 	require.NoError(t, err)
 	step("verified: %v", rep)
 	require.True(t, rep.OK(), "%v", rep)
