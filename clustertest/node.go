@@ -36,8 +36,9 @@ type Node struct {
 
 	// The addresses the process binds, and the ones clients and the other
 	// nodes are given (the advertised address, the voters list). They are
-	// the same today; a proxy in front of the node (to cut or slow its
-	// links) binds the given ones and forwards to the bound ones.
+	// the same: link proxies (Options.LinkProxies) sit on the dialing
+	// side, each node told by --dial-map to reach the others through its
+	// own, so that clients still reach every node directly.
 	listen, ctrlListen string
 	addr, ctrlAddr     string
 
