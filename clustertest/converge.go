@@ -28,9 +28,9 @@ const settle = 2 * time.Second
 // if set, is called with each replica and may return one more problem
 // (that it does not hold what was read, say).
 //
-// It returns a description of each divergence; the error says what could
-// not be read or done. The nodes are left dead.
-func (c *Cluster) CompareReplicas(ctx context.Context, extra func(*ReplicaLog) string, topics ...string) ([]string, error) {
+// It returns each divergence; the error says what could not be read or
+// done. The nodes are left dead.
+func (c *Cluster) CompareReplicas(ctx context.Context, extra func(*ReplicaLog) string, topics ...string) ([]Divergence, error) {
 	holders := map[string][][]int32{} // topic → partition → replicas
 	for _, t := range topics {
 		ps, err := c.Partitions(ctx, t)
@@ -46,7 +46,7 @@ func (c *Cluster) CompareReplicas(ctx context.Context, extra func(*ReplicaLog) s
 			return nil, err
 		}
 		c.killAll()
-		var diverged, lagging []string
+		var diverged, lagging []Divergence
 		for _, t := range topics {
 			for p, replicas := range holders[t] {
 				d, l, err := c.compareReplicas(t, int32(p), replicas, extra)
@@ -59,7 +59,8 @@ func (c *Cluster) CompareReplicas(ctx context.Context, extra func(*ReplicaLog) s
 		}
 		if len(lagging) == 0 || attempt == convergeAttempts {
 			for _, l := range lagging {
-				diverged = append(diverged, fmt.Sprintf("%s (still, after %d restarts)", l, attempt-1))
+				l.What += fmt.Sprintf(" (still, after %d restarts)", attempt-1)
+				diverged = append(diverged, l)
 			}
 			return diverged, nil
 		}
@@ -86,7 +87,10 @@ func (c *Cluster) killAll() {
 
 // compareReplicas compares the replicas of one partition: it returns the
 // divergences, and the replicas that are behind another.
-func (c *Cluster) compareReplicas(topic string, partition int32, replicas []int32, extra func(*ReplicaLog) string) (diverged, lagging []string, err error) {
+func (c *Cluster) compareReplicas(topic string, partition int32, replicas []int32, extra func(*ReplicaLog) string) (diverged, lagging []Divergence, err error) {
+	at := func(format string, args ...any) Divergence {
+		return Divergence{Topic: topic, Partition: partition, What: fmt.Sprintf(format, args...)}
+	}
 	var logs []*ReplicaLog
 	for _, id := range replicas {
 		n := c.Node(id)
@@ -98,7 +102,7 @@ func (c *Cluster) compareReplicas(topic string, partition int32, replicas []int3
 			return nil, nil, err
 		}
 		if l.Torn > 0 {
-			diverged = append(diverged, fmt.Sprintf("node %d's replica of %s-%d ends with %d bytes of an unfinished batch", id, topic, partition, l.Torn))
+			diverged = append(diverged, at("node %d's replica ends with %d bytes of an unfinished batch", id, l.Torn))
 		}
 		logs = append(logs, l)
 	}
@@ -119,17 +123,17 @@ func (c *Cluster) compareReplicas(topic string, partition int32, replicas []int3
 		switch {
 		case i == len(l.Batches) && i == len(ref.Batches):
 		case i == len(l.Batches):
-			lagging = append(lagging, fmt.Sprintf("node %d's replica of %s-%d has %d batches, node %d's %d: it lags",
-				l.Node, topic, partition, len(l.Batches), ref.Node, len(ref.Batches)))
+			lagging = append(lagging, at("node %d's replica has %d batches, node %d's %d: it lags",
+				l.Node, len(l.Batches), ref.Node, len(ref.Batches)))
 		default:
-			diverged = append(diverged, fmt.Sprintf("replicas of %s-%d differ at their batch %d: node %d has %v, node %d %v",
-				topic, partition, i, l.Node, l.Batches[i], ref.Node, ref.Batches[i]))
+			diverged = append(diverged, at("the replicas differ at their batch %d: node %d has %v, node %d %v",
+				i, l.Node, l.Batches[i], ref.Node, ref.Batches[i]))
 		}
 	}
 	if len(lagging) == 0 && extra != nil {
 		for _, l := range logs {
 			if d := extra(l); d != "" {
-				diverged = append(diverged, d)
+				diverged = append(diverged, at("%s", d))
 			}
 		}
 	}
@@ -147,3 +151,12 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// Divergence is a partition whose replicas differ when they should not.
+type Divergence struct {
+	Topic     string
+	Partition int32
+	What      string
+}
+
+func (d Divergence) String() string { return fmt.Sprintf("%s-%d: %s", d.Topic, d.Partition, d.What) }

@@ -27,9 +27,10 @@ const (
 
 // ScheduleOptions describe what a Schedule may do.
 type ScheduleOptions struct {
-	// Topic and Partitions name the partitions whose leaders faults may
-	// target; Group, the group whose coordinator they may.
-	Topic      string
+	// Topics and Partitions name the partitions whose leaders faults
+	// may target (each topic's first Partitions); Group, the group whose
+	// coordinator they may.
+	Topics     []string
 	Partitions int
 	Group      string
 	// Kinds are the kinds of fault to deal. Default: every kind the
@@ -100,7 +101,7 @@ func (s *Schedule) Next() (Nemesis, time.Duration) {
 	other := int32(s.rng.IntN(len(s.c.nodes)) + 1)
 	delay := []time.Duration{20 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond, time.Second}[s.rng.IntN(4)]
 	split := s.split()
-	partition := int32(s.rng.IntN(max(s.opts.Partitions, 1)))
+	leader := s.leader()
 	switch kind {
 	case KindKill:
 		return &Kill{Target: target}, hold
@@ -109,7 +110,7 @@ func (s *Schedule) Next() (Nemesis, time.Duration) {
 	case KindIsolate:
 		return &Isolate{Targets: []Target{target}}, hold
 	case KindIsolatedLeader:
-		return &Isolate{Targets: []Target{LeaderTarget(s.opts.Topic, partition)}}, hold
+		return &Isolate{Targets: []Target{leader}}, hold
 	case KindPartition:
 		return &Partition{Groups: split}, hold
 	case KindOneWay:
@@ -135,11 +136,22 @@ func (s *Schedule) Next() (Nemesis, time.Duration) {
 	panic(fmt.Sprintf("clustertest: schedule: unknown kind %q", kind))
 }
 
+// leader draws the leader of one of the topics' partitions; a node by id
+// if there are no topics.
+func (s *Schedule) leader() Target {
+	topic := s.rng.IntN(max(len(s.opts.Topics), 1))
+	partition := int32(s.rng.IntN(max(s.opts.Partitions, 1)))
+	if len(s.opts.Topics) == 0 {
+		return NodeTarget(int32(s.rng.IntN(len(s.c.nodes)) + 1))
+	}
+	return LeaderTarget(s.opts.Topics[topic], partition)
+}
+
 // target draws a node by role.
 func (s *Schedule) target() Target {
 	switch s.rng.IntN(4) {
 	case 0:
-		return LeaderTarget(s.opts.Topic, int32(s.rng.IntN(max(s.opts.Partitions, 1))))
+		return s.leader()
 	case 1:
 		return ControllerTarget()
 	case 2:

@@ -74,6 +74,8 @@ type Workload struct {
 	prod                     *kgo.Client
 	members                  []*kgo.Client
 	stopOnce                 sync.Once
+
+	read map[int32][]Record // what Check read, by partition
 }
 
 // latency is one acknowledged record's: when it was handed to the client,
@@ -369,26 +371,75 @@ func (w *Workload) Stop() {
 	})
 }
 
-// Verify ends the run and checks it: it stops the producers (waiting for
-// each record's fate) and, once every partition of every topic is in
-// sync, reads the topic back from the start with a plain consumer and
-// checks it against the ledger (Ledger.Check: acknowledged records lost
-// or moved, duplicates, records never sent, offsets not dense); waits
-// until the group has committed up to the end of every partition and
-// checks that it consumed every acknowledged record and that its
-// committed offsets, as observed all along, never went back; then stops
-// the group and compares the replicas of the topic and of
-// __consumer_offsets (CompareReplicas - which kills every node) with each
-// other and with what was read. Problems found go in the Report; the
-// error says what could not be checked (a cluster that did not heal
-// within ctx, say).
+// Verify ends the run and checks it: Check, then the replicas of the
+// topic and of __consumer_offsets compared with each other and with what
+// was read (CompareReplicas - which kills every node). Problems found go
+// in the Report; the error says what could not be checked (a cluster that
+// did not heal within ctx, say). To check several workloads of one
+// cluster, use VerifyAll.
 func (w *Workload) Verify(ctx context.Context) (*Report, error) {
-	defer w.Stop()
+	reps, err := VerifyAll(ctx, w)
+	if len(reps) == 0 {
+		return nil, err
+	}
+	return reps[0], err
+}
+
+// VerifyAll checks each workload (Check), then compares the replicas of
+// their topics and of __consumer_offsets once (CompareReplicas, which
+// kills every node), adding each divergence to the report of the
+// workload whose topic it is in (to the first report for
+// __consumer_offsets). The workloads must be of one cluster.
+func VerifyAll(ctx context.Context, ws ...*Workload) ([]*Report, error) {
+	if len(ws) == 0 {
+		return nil, nil
+	}
+	var reps []*Report
+	byTopic := map[string]int{}
+	topics := []string{}
+	group := false
+	for i, w := range ws {
+		rep, err := w.Check(ctx)
+		if err != nil {
+			return reps, err
+		}
+		reps = append(reps, rep)
+		byTopic[w.opts.Topic] = i
+		topics = append(topics, w.opts.Topic)
+		group = group || len(w.members) > 0
+	}
+	if group {
+		topics = append(topics, OffsetsTopic)
+	}
+	diverged, err := ws[0].c.CompareReplicas(ctx, func(l *ReplicaLog) string {
+		if i, ok := byTopic[l.Topic]; ok {
+			return ws[i].compareRead(l)
+		}
+		return ""
+	}, topics...)
+	for _, d := range diverged {
+		i := byTopic[d.Topic] // __consumer_offsets: the first
+		reps[i].Diverged = append(reps[i].Diverged, d.String())
+	}
+	return reps, err
+}
+
+// Check ends the run and checks what can be checked with the cluster
+// running: it stops the producers (waiting for each record's fate) and,
+// once every partition of every topic is in sync, reads the topic back
+// from the start with a plain consumer and checks it against the ledger
+// (Ledger.Check: acknowledged records lost or moved, duplicates, records
+// never sent, offsets not dense); then waits until the group has
+// committed up to the end of every partition, checks that it consumed
+// every acknowledged record and nothing never sent, and that its
+// committed offsets, as observed all along, never went back; and stops
+// the group.
+func (w *Workload) Check(ctx context.Context) (*Report, error) {
 	if err := w.StopProducing(ctx); err != nil {
 		return nil, err
 	}
 	if err := w.c.WaitInSync(ctx); err != nil {
-		return nil, fmt.Errorf("clustertest: verify: %w", err)
+		return nil, fmt.Errorf("clustertest: check: %w", err)
 	}
 	var ends map[int32]int64
 	if err := Eventually(ctx, "end offsets", func(ctx context.Context) (err error) {
@@ -400,6 +451,10 @@ func (w *Workload) Verify(ctx context.Context) (*Report, error) {
 	read, err := w.c.ReadAll(ctx, w.opts.Topic, ends)
 	if err != nil {
 		return nil, err
+	}
+	w.read = map[int32][]Record{}
+	for _, r := range read {
+		w.read[r.Partition] = append(w.read[r.Partition], r)
 	}
 	rep := w.ledger.Check(read)
 
@@ -422,9 +477,6 @@ func (w *Workload) Verify(ctx context.Context) (*Report, error) {
 		}
 		w.stopGroup()
 		w.group.Wait()
-		for _, m := range w.members {
-			m.Close()
-		}
 		w.consumedMu.Lock()
 		for _, r := range w.ledger.AckedRecords() {
 			if _, ok := w.consumed[r.Value]; !ok {
@@ -441,29 +493,19 @@ func (w *Workload) Verify(ctx context.Context) (*Report, error) {
 		rep.CommitsBackwards = slices.Clone(w.backwards)
 		w.commitsMu.Unlock()
 	}
-	w.prod.Close()
+	w.Stop()
+	return rep, nil
+}
 
-	byPartition := map[int32][]Record{}
-	for _, r := range read {
-		byPartition[r.Partition] = append(byPartition[r.Partition], r)
+// compareRead reports a replica of the workload's topic that does not
+// hold exactly what Check read.
+func (w *Workload) compareRead(l *ReplicaLog) string {
+	got, want := l.Records(), w.read[l.Partition]
+	if slices.Equal(got, want) {
+		return ""
 	}
-	topics := []string{w.opts.Topic}
-	if len(w.members) > 0 {
-		topics = append(topics, OffsetsTopic)
-	}
-	diverged, err := w.c.CompareReplicas(ctx, func(l *ReplicaLog) string {
-		if l.Topic != w.opts.Topic {
-			return ""
-		}
-		got, want := l.Records(), byPartition[l.Partition]
-		if slices.Equal(got, want) {
-			return ""
-		}
-		return fmt.Sprintf("node %d's replica of %s-%d holds %d records, the reader read %d (first difference: %s)",
-			l.Node, l.Topic, l.Partition, len(got), len(want), firstDifference(got, want))
-	}, topics...)
-	rep.Diverged = diverged
-	return rep, err
+	return fmt.Sprintf("node %d's replica holds %d records, the reader read %d (first difference: %s)",
+		l.Node, len(got), len(want), firstDifference(got, want))
 }
 
 // OffsetsTopic is the topic that holds consumer groups' committed offsets.
