@@ -122,9 +122,10 @@ func runRandomized(t *testing.T, seed uint64, rounds, nodes, voters int) {
 	sched := clustertest.NewSchedule(c, seed, clustertest.ScheduleOptions{
 		Topics: []string{faultTopic, faultTopicISR1}, Partitions: faultPartitions, Group: ws[0].Options().Group,
 	})
-	kinds := map[string]int{}
+	kinds := map[clustertest.Kind]int{}
 	for round := 1; round <= rounds; round++ {
-		n, hold := sched.Next()
+		f := sched.Next()
+		n, hold := f.Nemesis, f.Hold
 		pctx, pcancel := phase()
 		began := time.Now()
 		require.NoError(t, n.Start(pctx, c), "round %d: %v", round, n)
@@ -134,7 +135,7 @@ func runRandomized(t *testing.T, seed uint64, rounds, nodes, voters int) {
 		healed := time.Now()
 		require.NoError(t, awaitHealed(pctx, c, ws...), "round %d: after %v", round, n)
 		pcancel()
-		kinds[kindOf(n)]++
+		kinds[f.Kind]++
 		step("round %d: healed %.1fs after %.1fs of fault; %d and %d acknowledged so far",
 			round, time.Since(healed).Seconds(), healed.Sub(began).Seconds(), ws[0].Ledger().Acked(), ws[1].Ledger().Acked())
 	}
@@ -175,11 +176,6 @@ func awaitHealed(ctx context.Context, c *clustertest.Cluster, ws ...*clustertest
 		}
 	}
 	return nil
-}
-
-// kindOf names a nemesis's type, for the run's tally.
-func kindOf(n clustertest.Nemesis) string {
-	return fmt.Sprintf("%T", n)[len("*clustertest."):]
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

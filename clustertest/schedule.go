@@ -86,8 +86,22 @@ func (c *Cluster) Kinds() []Kind {
 	return kinds
 }
 
-// Next draws the next fault and how long to hold it.
-func (s *Schedule) Next() (Nemesis, time.Duration) {
+// Fault is one fault of a Schedule: its kind, the nemesis that deals it,
+// and how long to hold it before the heal (0 for a rolling restart, which
+// is over when it has started).
+type Fault struct {
+	Kind    Kind
+	Nemesis Nemesis
+	Hold    time.Duration
+}
+
+// Next draws the next fault.
+func (s *Schedule) Next() Fault {
+	kind, n, hold := s.next()
+	return Fault{Kind: kind, Nemesis: n, Hold: hold}
+}
+
+func (s *Schedule) next() (Kind, Nemesis, time.Duration) {
 	if len(s.bag) == 0 {
 		s.bag = slices.Clone(s.opts.Kinds)
 		s.rng.Shuffle(len(s.bag), func(i, j int) { s.bag[i], s.bag[j] = s.bag[j], s.bag[i] })
@@ -104,34 +118,34 @@ func (s *Schedule) Next() (Nemesis, time.Duration) {
 	leader := s.leader()
 	switch kind {
 	case KindKill:
-		return &Kill{Target: target}, hold
+		return kind, &Kill{Target: target}, hold
 	case KindPause:
-		return &Pause{Target: target}, hold
+		return kind, &Pause{Target: target}, hold
 	case KindIsolate:
-		return &Isolate{Targets: []Target{target}}, hold
+		return kind, &Isolate{Targets: []Target{target}}, hold
 	case KindIsolatedLeader:
-		return &Isolate{Targets: []Target{leader}}, hold
+		return kind, &Isolate{Targets: []Target{leader}}, hold
 	case KindPartition:
-		return &Partition{Groups: split}, hold
+		return kind, &Partition{Groups: split}, hold
 	case KindOneWay:
 		// Half the time to every other node, half to one.
 		var to []Target
 		if s.rng.IntN(2) == 0 {
 			to = []Target{NodeTarget(other)}
 		}
-		return &OneWay{From: target, To: to}, hold
+		return kind, &OneWay{From: target, To: to}, hold
 	case KindSlow:
-		return &Slow{Target: target, Delay: delay}, hold
+		return kind, &Slow{Target: target, Delay: delay}, hold
 	case KindQuorumKill:
-		return &QuorumLoss{}, hold
+		return kind, &QuorumLoss{}, hold
 	case KindQuorumCut:
-		return &QuorumLoss{Partition: true}, hold
+		return kind, &QuorumLoss{Partition: true}, hold
 	case KindFullDisk:
 		// Restarted after the heal: spool, like Kafka, needs a restart
 		// to use a log whose write failed (see FullDisk).
-		return &FullDisk{Target: target, Restart: true}, hold
+		return kind, &FullDisk{Target: target, Restart: true}, hold
 	case KindRolling:
-		return &RollingRestart{}, 0
+		return kind, &RollingRestart{}, 0
 	}
 	panic(fmt.Sprintf("clustertest: schedule: unknown kind %q", kind))
 }
