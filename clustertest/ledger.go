@@ -147,8 +147,10 @@ type Report struct {
 
 	// The checks of a whole run (Workload.Verify) add these.
 
-	// CommitsBackwards are observations of a consumer group's committed
-	// offset lower than one observed before.
+	// CommitsObserved counts the times the group's committed offsets were
+	// read while the run went on; CommitsBackwards are the observations
+	// of a committed offset lower than one observed before.
+	CommitsObserved  int
 	CommitsBackwards []string
 	// NotConsumed are acknowledged records the consumer group never
 	// handed its members, though it committed past them.
@@ -174,6 +176,9 @@ func (r *Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "read %d records; %d acknowledged, %d read unacknowledged; lost %d, moved %d, duplicated %d, unknown %d, misordered %d, conflicting acks %d",
 		r.Read, r.Acked, r.Unacked, len(r.Lost), len(r.Moved), len(r.Duplicates), len(r.Unknown), len(r.Misordered), len(r.Conflicts))
+	if r.CommitsObserved > 0 {
+		fmt.Fprintf(&b, "; group commits observed %d times", r.CommitsObserved)
+	}
 	if n := len(r.CommitsBackwards) + len(r.NotConsumed) + len(r.Diverged); n > 0 {
 		fmt.Fprintf(&b, "; group commits backwards %d, not consumed %d, replica divergences %d",
 			len(r.CommitsBackwards), len(r.NotConsumed), len(r.Diverged))

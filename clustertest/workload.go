@@ -491,6 +491,7 @@ func (w *Workload) Check(ctx context.Context) (*Report, error) {
 		w.consumedMu.Unlock()
 		w.commitsMu.Lock()
 		rep.CommitsBackwards = slices.Clone(w.backwards)
+		rep.CommitsObserved = int(w.commitReads.Load())
 		w.commitsMu.Unlock()
 	}
 	w.Stop()
