@@ -22,10 +22,6 @@ const (
 	votersEnv = "SPOOL_CLUSTER_VOTERS" // how many nodes are voters; default all
 )
 
-// ciRounds is the randomized run's length in CI: one of each kind of fault
-// (the schedule deals them from a shuffled bag).
-const ciRounds = 11
-
 // diskBytes is each node's tmpfs in the fault runs: room for the
 // preallocated indexes (20 MiB per partition of the test topic, 0.5 MiB
 // per __consumer_offsets partition) and a long run's records.
@@ -68,7 +64,8 @@ func envInt(t *testing.T, name string, def int) int {
 // the replicas are byte-identical.
 //
 // $SPOOL_CLUSTER_ROUNDS sets the number of rounds (default 11: one of each
-// kind of fault). Each round takes 5 to 20 seconds. Skipped under -short.
+// kind of fault; 4 under -race). A round takes 3 to 20 seconds. Skipped
+// under -short.
 func TestRandomized(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skips the randomized fault run (processes, tens of seconds per round)")
