@@ -2,7 +2,9 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -98,6 +100,10 @@ func (c *Cluster) compareReplicas(topic string, partition int32, replicas []int3
 			continue
 		}
 		l, err := n.ReadReplicaLog(topic, partition)
+		if errors.Is(err, os.ErrNotExist) {
+			diverged = append(diverged, at("node %d, a replica, has no directory for it", id))
+			continue
+		}
 		if err != nil {
 			return nil, nil, err
 		}
