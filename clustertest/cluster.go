@@ -59,6 +59,22 @@ type Options struct {
 	// written, each line prefixed "[node ID] ". Default: false, unless the
 	// environment variable SPOOL_CLUSTERTEST_VERBOSE is set.
 	Verbose bool
+	// LinkProxies puts a TCP proxy the test controls (a Link) on every
+	// connection a node opens to another node - Raft, controller requests,
+	// followers' fetches - one per ordered pair of nodes and listener, so
+	// that the network between nodes can be partitioned, made one-way or
+	// slowed (Partition, Isolate, BlockOneWay, Slow, HealNetwork). Each
+	// node is started with "--dial-map" naming its own proxies. Clients
+	// (Client, Node.Request) reach the nodes directly.
+	LinkProxies bool
+	// DiskBytes, if positive, gives every node a data directory of its
+	// own file system: a tmpfs of that many bytes mounted on it, which
+	// FillDisk can make full. Mounting needs root (CAP_SYS_ADMIN) and
+	// Linux; without them NewCluster fails with ErrNoDisk, and a test
+	// should skip, saying so. The mounts are removed when the cluster
+	// ends, after a copy of each to DIR/nodeID-disk if the directory is
+	// kept ($SPOOL_CLUSTERTEST_DIR).
+	DiskBytes int64
 }
 
 // VerboseEnv names the environment variable that turns Options.Verbose on.
@@ -83,6 +99,8 @@ type Cluster struct {
 	nodes   []*Node
 	ownDir  bool // Dir was made for the cluster: Close removes it
 	keepDir bool // Dir stays after the test (DirEnv)
+
+	links map[linkKey]*Link // nil without Options.LinkProxies
 
 	mu      sync.Mutex
 	clients []*kgo.Client
@@ -153,6 +171,24 @@ func NewCluster(opts Options) (*Cluster, error) {
 		c.nodes = append(c.nodes, n)
 	}
 	c.voters = strings.Join(voters, ",")
+	if opts.DiskBytes > 0 {
+		if err := c.mountDisks(); err != nil {
+			c.unmountDisks()
+			if c.ownDir {
+				os.RemoveAll(c.opts.Dir)
+			}
+			return nil, err
+		}
+	}
+	if opts.LinkProxies {
+		if err := c.startLinks(); err != nil {
+			c.unmountDisks()
+			if c.ownDir {
+				os.RemoveAll(c.opts.Dir)
+			}
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
@@ -212,6 +248,8 @@ func (c *Cluster) shutdown(dumpStacks bool) error {
 		}
 	}
 	wg.Wait()
+	c.closeLinks()
+	c.unmountDisks()
 	return err
 }
 

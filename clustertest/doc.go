@@ -33,10 +33,31 @@
 // Each Node is one process and its restarts: Kill (SIGKILL: a crash), Stop
 // (SIGTERM: spool serve's controlled shutdown; returns the exit code),
 // Start (again: same data directory, same ports), Pause and Resume
-// (SIGSTOP, SIGCONT: a process that hangs with its sockets open). Faults of
-// the network between nodes - cut, slow or one-way links - are for a proxy
-// in front of each node's listeners: a Node keeps the addresses it binds
-// apart from the ones it advertises for that purpose.
+// (SIGSTOP, SIGCONT: a process that hangs with its sockets open).
+//
+// With Options.LinkProxies, every connection a node opens to another node
+// - Raft, registration and heartbeats, AlterPartition, followers' fetches
+// - goes through a TCP proxy the test controls, one per ordered pair of
+// nodes and listener (a Link; each node is started with "--dial-map"
+// naming its own). A link can be cut, blocked one way or slowed, on the
+// connections already open as well as on new ones: Cluster.Partition,
+// Isolate, BlockOneWay, Slow, HealNetwork. A blocked direction holds its
+// bytes, as TCP does through a partition, and delivers them on the heal;
+// a one-way block lets a node's requests through and holds the answers,
+// or the reverse. Clients reach the nodes directly: an isolated leader
+// still hears its producers.
+//
+// With Options.DiskBytes every node's data directory is a tmpfs of its
+// own (root only: DiskSupported says whether this machine allows it), and
+// Node.FillDisk makes it full - ENOSPC for every write that needs a block
+// - until FreeDisk.
+//
+// A Nemesis deals one fault and heals it: Kill, Pause, Isolate,
+// Partition, OneWay, Slow, QuorumLoss (a majority of the voters killed
+// or cut off), FullDisk, RollingRestart, each aimed at a Target picked
+// when it starts (a node by id, a partition's leader, the controller, a
+// group's coordinator). A Schedule draws faults, targets and durations
+// from a seed.
 //
 // # Asking the cluster
 //
@@ -55,8 +76,14 @@
 // A Ledger records what a producer sent and what was acknowledged, and
 // Check compares records read back with it: acknowledged records lost,
 // read twice or at another offset, offsets not dense, values never sent.
-// Node.ReadReplica reads a stopped node's copy of a partition from its
-// files ("spool dump"), to check that replicas converged.
+// A Workload is the traffic of a fault test - idempotent acks=all
+// producers of unique values (acks=1 for a negative control), a consumer
+// group committing what it consumes, a watcher of its committed offsets
+// - and Workload.Verify its whole check: the ledger against a reading of
+// the topic from the start, the group's consumption and commits, and the
+// replicas compared byte for byte once the cluster has converged
+// (CompareReplicas, which reads each stopped node's segment files:
+// ReadReplicaLog).
 //
 // Starting processes takes seconds: tests that use this package should
 // skip under -short, as this package's own do.

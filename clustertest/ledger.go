@@ -26,14 +26,21 @@ type Ledger struct {
 	mu    sync.Mutex
 	sent  map[string]bool
 	acked map[string]Record
+	at    map[place]string // the value acknowledged at each place
 	// conflicts are acknowledgements that contradict the ones before:
-	// a value acknowledged twice.
+	// a value acknowledged twice, two values at one offset.
 	conflicts []string
+}
+
+// place is a partition and an offset.
+type place struct {
+	partition int32
+	offset    int64
 }
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{sent: map[string]bool{}, acked: map[string]Record{}}
+	return &Ledger{sent: map[string]bool{}, acked: map[string]Record{}, at: map[place]string{}}
 }
 
 // Send records that a value is about to be produced. Call it before
@@ -57,6 +64,21 @@ func (l *Ledger) Ack(r Record) {
 		return
 	}
 	l.acked[r.Value] = r
+	// Two values acknowledged at one offset: the first was overwritten
+	// after its acknowledgement (a leader that lost it, and a new one
+	// that gave its offset to another record).
+	if prev, ok := l.at[place{r.Partition, r.Offset}]; ok {
+		l.conflicts = append(l.conflicts, fmt.Sprintf("%d/%d acknowledged for two values: %q and %q", r.Partition, r.Offset, prev, r.Value))
+		return
+	}
+	l.at[place{r.Partition, r.Offset}] = r.Value
+}
+
+// WasSent reports whether a value was sent.
+func (l *Ledger) WasSent(value string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sent[value]
 }
 
 // Sent is how many values were sent.
@@ -119,13 +141,30 @@ type Report struct {
 	// previous record's in their partition: a gap or a step back.
 	Misordered []Record
 	// Conflicts are acknowledgements that contradict each other: a value
-	// acknowledged twice, or acknowledged without being sent.
+	// acknowledged twice or without being sent, two values acknowledged
+	// at one offset.
 	Conflicts []string
+
+	// The checks of a whole run (Workload.Verify) add these.
+
+	// CommitsObserved counts the times the group's committed offsets were
+	// read while the run went on; CommitsBackwards are the observations
+	// of a committed offset lower than one observed before.
+	CommitsObserved  int
+	CommitsBackwards []string
+	// NotConsumed are acknowledged records the consumer group never
+	// handed its members, though it committed past them.
+	NotConsumed []Record
+	// Diverged describes replicas of a partition that are not
+	// byte-identical once the cluster has healed and converged, or that
+	// do not hold what was read.
+	Diverged []string
 }
 
 // OK reports whether the check found no problem.
 func (r *Report) OK() bool {
-	return len(r.Lost)+len(r.Moved)+len(r.Duplicates)+len(r.Unknown)+len(r.Misordered)+len(r.Conflicts) == 0
+	return len(r.Lost)+len(r.Moved)+len(r.Duplicates)+len(r.Unknown)+len(r.Misordered)+len(r.Conflicts)+
+		len(r.CommitsBackwards)+len(r.NotConsumed)+len(r.Diverged) == 0
 }
 
 // maxListed is how many of each kind of problem String shows.
@@ -137,6 +176,13 @@ func (r *Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "read %d records; %d acknowledged, %d read unacknowledged; lost %d, moved %d, duplicated %d, unknown %d, misordered %d, conflicting acks %d",
 		r.Read, r.Acked, r.Unacked, len(r.Lost), len(r.Moved), len(r.Duplicates), len(r.Unknown), len(r.Misordered), len(r.Conflicts))
+	if r.CommitsObserved > 0 {
+		fmt.Fprintf(&b, "; group commits observed %d times", r.CommitsObserved)
+	}
+	if n := len(r.CommitsBackwards) + len(r.NotConsumed) + len(r.Diverged); n > 0 {
+		fmt.Fprintf(&b, "; group commits backwards %d, not consumed %d, replica divergences %d",
+			len(r.CommitsBackwards), len(r.NotConsumed), len(r.Diverged))
+	}
 	list := func(name string, n int, item func(int) string) {
 		for i := range min(n, maxListed) {
 			fmt.Fprintf(&b, "\n  %s: %s", name, item(i))
@@ -153,6 +199,9 @@ func (r *Report) String() string {
 	list("unknown", len(r.Unknown), func(i int) string { return r.Unknown[i].String() })
 	list("misordered", len(r.Misordered), func(i int) string { return r.Misordered[i].String() })
 	list("conflict", len(r.Conflicts), func(i int) string { return r.Conflicts[i] })
+	list("commit backwards", len(r.CommitsBackwards), func(i int) string { return r.CommitsBackwards[i] })
+	list("not consumed", len(r.NotConsumed), func(i int) string { return r.NotConsumed[i].String() })
+	list("diverged", len(r.Diverged), func(i int) string { return r.Diverged[i] })
 	return b.String()
 }
 

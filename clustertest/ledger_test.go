@@ -106,3 +106,32 @@ func TestReportString(t *testing.T) {
 	require.Contains(t, s, `lost: "a" at 0/0`)
 	require.Contains(t, s, "lost: ... 5 more", "at most 10 of a kind are listed")
 }
+
+// TestLedgerTwoValuesAtOneOffset: an offset acknowledged for two values is
+// a conflict - the first was overwritten after its acknowledgement, as an
+// unclean election makes happen.
+func TestLedgerTwoValuesAtOneOffset(t *testing.T) {
+	l := clustertest.NewLedger()
+	l.Send("a")
+	l.Send("b")
+	l.Ack(rec(0, 5, "a"))
+	l.Ack(rec(0, 5, "b"))
+	r := l.Check([]clustertest.Record{rec(0, 5, "b")})
+	require.False(t, r.OK())
+	require.Len(t, r.Conflicts, 1)
+	require.Contains(t, r.Conflicts[0], "0/5 acknowledged for two values")
+	require.Equal(t, []clustertest.Record{rec(0, 5, "a")}, r.Lost)
+}
+
+// TestReportOK: the checks of a whole run count as problems too.
+func TestReportOK(t *testing.T) {
+	for _, r := range []*clustertest.Report{
+		{CommitsBackwards: []string{"partition 0: 3 after 5"}},
+		{NotConsumed: []clustertest.Record{rec(0, 1, "a")}},
+		{Diverged: []string{"t-0: the replicas differ"}},
+	} {
+		require.False(t, r.OK(), "%v", r)
+		require.Contains(t, r.String(), "group commits backwards")
+	}
+	require.True(t, (&clustertest.Report{Read: 3, Acked: 3}).OK())
+}

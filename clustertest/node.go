@@ -36,16 +36,18 @@ type Node struct {
 
 	// The addresses the process binds, and the ones clients and the other
 	// nodes are given (the advertised address, the voters list). They are
-	// the same today; a proxy in front of the node (to cut or slow its
-	// links) binds the given ones and forwards to the bound ones.
+	// the same: link proxies (Options.LinkProxies) sit on the dialing
+	// side, each node told by --dial-map to reach the others through its
+	// own, so that clients still reach every node directly.
 	listen, ctrlListen string
 	addr, ctrlAddr     string
 
-	mu     sync.Mutex
-	proc   *process // the running incarnation; nil when none
-	starts int
-	direct []*kgo.Client // idle clients of this node alone, for Request
-	closed bool          // the cluster's test is over: no more clients
+	mu      sync.Mutex
+	proc    *process // the running incarnation; nil when none
+	starts  int
+	direct  []*kgo.Client // idle clients of this node alone, for Request
+	closed  bool          // the cluster's test is over: no more clients
+	mounted bool          // dir is a tmpfs of its own (Options.DiskBytes)
 }
 
 // process is one incarnation of a node.
@@ -118,6 +120,9 @@ func (n *Node) args() []string {
 	}
 	if o.ClusterID != "" {
 		args = append(args, "--cluster-id", o.ClusterID)
+	}
+	if n.c.links != nil {
+		args = append(args, "--dial-map", n.c.dialMap(n))
 	}
 	args = append(args, o.Args...)
 	if o.NodeArgs != nil {

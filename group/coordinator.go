@@ -596,12 +596,20 @@ func (c *Coordinator) owns(group string) error {
 // Store - failing the requests waiting on them with ErrNotCoordinator: what
 // a broker does when another takes over coordinating those groups (their
 // offsets partition's leadership moved), so that members find the new
-// coordinator, which loads the groups from the Store.
+// coordinator, which loads the groups from the Store. It waits for the
+// requests being served to those groups only (owns is asked without any
+// group's lock held).
 func (c *Coordinator) Unload(owns func(group string) bool) int {
 	n := 0
 	for _, e := range c.entries() {
+		// A group's id never changes: ask before locking, so that a
+		// request holding another group (a commit waiting for its store)
+		// does not hold up the unloading of these.
+		if !owns(e.g.id) {
+			continue
+		}
 		e.mu.Lock()
-		if e.dead || !owns(e.g.id) {
+		if e.dead {
 			e.mu.Unlock()
 			continue
 		}

@@ -756,3 +756,49 @@ func TestSyncCancelledByContext(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "b's", string(got.Assignment))
 }
+
+// blockingStore is an OffsetStore whose StoreOffsets waits until release is
+// closed: a store replicating an offsets partition that waits for
+// followers.
+type blockingStore struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (s *blockingStore) StoreOffsets(group string, _ []StoredOffset) error {
+	s.entered <- group
+	<-s.release
+	return nil
+}
+
+// TestUnloadDoesNotWaitForOtherGroups: Unload drops the groups of one
+// offsets partition without waiting for commits to groups it does not
+// drop. A networked node calls it from the goroutine that applies the
+// cluster's metadata, when a partition's leadership moves away; a commit
+// in flight to another group, held up until its own partition's
+// leadership change is applied (its append can no longer be replicated),
+// held the node's whole metadata loop for minutes in the clustertest
+// fault runs (seed 5: an isolated coordinator that came back never
+// rejoined the ISRs).
+func TestUnloadDoesNotWaitForOtherGroups(t *testing.T) {
+	store := &blockingStore{entered: make(chan string, 1), release: make(chan struct{})}
+	c := NewCoordinator(Options{ManualTick: true, Store: store})
+	defer c.Close()
+	defer close(store.release)
+	committed := make(chan error, 1)
+	go func() {
+		_, err := c.CommitOffsets(CommitRequest{Group: "busy", Generation: -1,
+			Offsets: map[TopicPartition]OffsetAndMetadata{{"t", 0}: {Offset: 1}}})
+		committed <- err
+	}()
+	require.Equal(t, "busy", <-store.entered, "the commit holds group busy while the store waits")
+
+	unloaded := make(chan int, 1)
+	go func() { unloaded <- c.Unload(func(g string) bool { return g == "other" }) }()
+	select {
+	case n := <-unloaded:
+		require.Zero(t, n, "no group of the unloaded partition is loaded")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Unload of another partition's groups waits for a commit to group busy")
+	}
+}

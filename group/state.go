@@ -119,7 +119,7 @@ const (
 // classicGroup is the state of one group under the classic protocol (Kafka's
 // GroupMetadata, or ClassicGroup).
 type classicGroup struct {
-	id    string
+	id    string // never changes: Coordinator.Unload reads it without the lock
 	cfg   *config
 	state State
 	since time.Time // when the group entered state

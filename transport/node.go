@@ -71,7 +71,9 @@ type Node struct {
 // registering with the active controller and following the metadata log -
 // and serves Kafka clients, other brokers' followers and, on the controller
 // listener, Raft and the controller's requests. It returns once listening;
-// the node registers and catches up in the background (Broker().Ready).
+// the node registers and catches up in the background (Broker().Ready),
+// and only then serves its Kafka listener: until it is ready, connections
+// to it wait.
 //
 // A data directory of another node or cluster, a voter list that disagrees
 // with the other voters', or another process with this node's id is
@@ -159,7 +161,19 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	srv.peers = r.peers
 	n := &Node{b: b, srv: srv, kafka: kafkaL, ctrl: ctrlL, remote: r, done: make(chan error, 3)}
 	go func() { n.done <- srv.ServeController(ctrlL) }()
-	go func() { n.done <- srv.Serve(kafkaL) }()
+	go func() {
+		// Kafka clients (and other brokers' followers) are served once the
+		// node has registered and caught up with the metadata log, as a
+		// Kafka broker enables request processing only then: a node just
+		// started knows no topics and no brokers yet, and a client told
+		// so gives up on the records it holds for topics that exist.
+		// Connections wait in the listen backlog until then.
+		select {
+		case <-b.Ready():
+		case <-srv.done: // shut down first: Serve closes the listener
+		}
+		n.done <- srv.Serve(kafkaL)
+	}()
 	go func() {
 		if err, ok := <-b.Failed(); ok {
 			n.done <- err
