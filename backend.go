@@ -49,8 +49,9 @@ type topicStore interface {
 	// partition's leader.
 	consumerParts(name string) (count int32, parts []*partition.Partition, offline func(int32) error, err error)
 	// appendCommitted writes a group's committed-offset records to its
-	// offsets partition, durable or committed when it returns.
-	appendCommitted(ctx context.Context, topic, groupID string, recs []record.Record) error
+	// offsets partition, durable or committed when it returns; with txn,
+	// as a batch of that producer's transaction (TxnOffsetCommit).
+	appendCommitted(ctx context.Context, topic, groupID string, recs []record.Record, txn *record.ProducerInfo) error
 	prepareGroups(ctx context.Context) error
 	produceBatch(ctx context.Context, topic string, n int32, batch record.Batch, opts ProduceOptions) (int64, error)
 	leaderPartition(topic string, n int32, leaderEpoch int32) (*partition.Partition, error)

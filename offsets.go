@@ -181,6 +181,21 @@ type offsetStore struct{ b *Broker }
 // flush policy - in a cluster, committed (acks=all at the partition's
 // leader, which must be this broker: the group's coordinator).
 func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) error {
+	return s.b.route(OffsetsTopic).appendCommitted(context.Background(), OffsetsTopic, groupID, offsetRecords(groupID, commits), nil)
+}
+
+// StoreTxnOffsets appends a group's commits to its offsets partition as a
+// transactional batch of the producer (Kafka writes it so too: the
+// producer's id and epoch, no sequence): the partition counts it in the
+// producer's open transaction, and the transaction's marker, written to
+// this partition when it ends, commits or aborts it for readers and
+// reloads alike.
+func (s offsetStore) StoreTxnOffsets(groupID string, producerID int64, producerEpoch int16, commits []group.StoredOffset) error {
+	txn := &record.ProducerInfo{ID: producerID, Epoch: producerEpoch, BaseSequence: -1}
+	return s.b.route(OffsetsTopic).appendCommitted(context.Background(), OffsetsTopic, groupID, offsetRecords(groupID, commits), txn)
+}
+
+func offsetRecords(groupID string, commits []group.StoredOffset) []record.Record {
 	recs := make([]record.Record, len(commits))
 	now := time.Now()
 	for i, c := range commits {
@@ -189,13 +204,13 @@ func (s offsetStore) StoreOffsets(groupID string, commits []group.StoredOffset) 
 			recs[i].Value = encodeOffsetValue(c.OffsetAndMetadata)
 		}
 	}
-	return s.b.route(OffsetsTopic).appendCommitted(context.Background(), OffsetsTopic, groupID, recs)
+	return recs
 }
 
 // appendCommitted appends a group's offset records to its partition of
 // the broker's own offsets topic (created on first use): durable when it
 // returns, under the broker's flush policy.
-func (s soloStore) appendCommitted(ctx context.Context, topic, groupID string, recs []record.Record) error {
+func (s soloStore) appendCommitted(ctx context.Context, topic, groupID string, recs []record.Record, txn *record.ProducerInfo) error {
 	t, err := s.b.offsetsTopic(ctx)
 	if err != nil {
 		return err
@@ -204,14 +219,22 @@ func (s soloStore) appendCommitted(ctx context.Context, topic, groupID string, r
 	if err != nil {
 		return err
 	}
-	_, err = p.Append(recs...)
+	if txn == nil {
+		_, err = p.Append(recs...)
+		return err
+	}
+	batch, err := record.NewBatch(recs, record.BatchOptions{Producer: txn, Transactional: true})
+	if err != nil {
+		return err
+	}
+	_, _, err = p.AppendProduced(batch)
 	return err
 }
 
 // appendCommitted appends a group's offset records to its partition of the
 // cluster's offsets topic at its leader - this broker, the group's
 // coordinator - and waits until they are committed (acks=all).
-func (s clusterStore) appendCommitted(ctx context.Context, topic, groupID string, recs []record.Record) error {
+func (s clusterStore) appendCommitted(ctx context.Context, topic, groupID string, recs []record.Record, txn *record.ProducerInfo) error {
 	n := s.b.partitionCount(topic)
 	if n <= 0 {
 		return fmt.Errorf("%w: %s does not exist", ErrNotCoordinator, topic)
@@ -220,11 +243,13 @@ func (s clusterStore) appendCommitted(ctx context.Context, topic, groupID string
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNotCoordinator, err)
 	}
-	batch, err := record.NewBatch(recs, record.BatchOptions{})
+	batch, err := record.NewBatch(recs, record.BatchOptions{Producer: txn, Transactional: txn != nil})
 	if err != nil {
 		return err
 	}
-	_, err = rs.Append(ctx, batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: true, Timeout: 10 * time.Second})
+	// A transactional batch goes through the producer state (Idempotent),
+	// which counts it in the producer's open transaction.
+	_, err = rs.Append(ctx, batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: true, Idempotent: txn != nil, Timeout: 10 * time.Second})
 	return err
 }
 

@@ -648,7 +648,7 @@ func (c *Coordinator) ExpireOffsets(now time.Time, retention time.Duration) []st
 				affected = append(affected, g.id)
 			}
 		}
-		if g.state == Empty && len(g.offsets) == 0 && len(g.pending) == 0 {
+		if g.state == Empty && len(g.offsets) == 0 && len(g.pending) == 0 && len(g.txn.pending) == 0 {
 			c.kill(e)
 			continue
 		}

@@ -65,11 +65,16 @@ func (g *classicGroup) checkCommitOffsets(now time.Time, offsets map[TopicPartit
 
 // applyOffsets makes stored records visible.
 func (g *classicGroup) applyOffsets(records []StoredOffset) {
+	t := &g.txn
+	t.init()
 	for _, r := range records {
+		t.pos++
 		if r.Delete {
 			delete(g.offsets, r.TopicPartition)
+			delete(t.written, r.TopicPartition)
 		} else {
 			g.offsets[r.TopicPartition] = r.OffsetAndMetadata
+			t.written[r.TopicPartition] = t.pos
 		}
 	}
 }

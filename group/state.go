@@ -151,6 +151,9 @@ type classicGroup struct {
 	subscribedKnown bool
 
 	offsets map[TopicPartition]OffsetAndMetadata
+	// txn orders offsets against transactional commits and holds those
+	// pending (txnoffsets.go).
+	txn txnState
 
 	lastWaiter uint64
 	replies    []reply
@@ -192,7 +195,7 @@ func (g *classicGroup) transition(to State, now time.Time) {
 // created by a request that then failed.
 func (g *classicGroup) pristine() bool {
 	return g.state == Empty && len(g.members) == 0 && len(g.pending) == 0 &&
-		len(g.offsets) == 0 && g.generation == 0 && g.protocolType == ""
+		len(g.offsets) == 0 && g.generation == 0 && g.protocolType == "" && len(g.txn.pending) == 0
 }
 
 func (g *classicGroup) newWaiter() uint64 {

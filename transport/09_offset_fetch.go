@@ -16,8 +16,10 @@ import (
 //   - v2 adds a top-level error code and null topics for "all committed".
 //   - v3 adds throttle time; v5 the leader epoch (KIP-320); v6 is the first
 //     flexible version.
-//   - v7 adds RequireStable (KIP-447): with no transactions no offset is
-//     ever pending, so every answer is stable.
+//   - v7 adds RequireStable (KIP-447): a partition with offsets a
+//     transaction committed and whose marker has not arrived yet answers
+//     UNSTABLE_OFFSET_COMMIT (retriable; offset -1) instead of the offset
+//     committed before, which the transaction may be about to replace.
 //   - v8 fetches several groups at once (KIP-709).
 //   - v9 adds a member id and epoch that only KIP-848 consumer groups check;
 //     classic groups ignore them, as Kafka does.
@@ -54,7 +56,7 @@ func offsetFetch(c *conn, req *request, body *kmsg.OffsetFetchRequest) (kmsg.Res
 					topics = append(topics, offsetFetchTopic{name: t.Topic, id: t.TopicID, partitions: t.Partitions})
 				}
 			}
-			fetched, code := c.fetchGroupOffsets(g.Group, topics, req.version, ids)
+			fetched, code := c.fetchGroupOffsets(g.Group, topics, req.version, ids, body.RequireStable)
 			rg := kmsg.NewOffsetFetchResponseGroup()
 			rg.Group, rg.ErrorCode = g.Group, code
 			for _, t := range fetched {
@@ -76,7 +78,7 @@ func offsetFetch(c *conn, req *request, body *kmsg.OffsetFetchRequest) (kmsg.Res
 	if body.Topics == nil && req.version >= 2 {
 		topics = nil
 	}
-	fetched, code := c.fetchGroupOffsets(body.Group, topics, req.version, ids)
+	fetched, code := c.fetchGroupOffsets(body.Group, topics, req.version, ids, body.RequireStable && req.version >= 7)
 	if req.version >= 2 {
 		resp.ErrorCode = code
 	}
@@ -98,8 +100,9 @@ func offsetFetch(c *conn, req *request, body *kmsg.OffsetFetchRequest) (kmsg.Res
 
 // fetchGroupOffsets answers one group of an OffsetFetch: the requested
 // topics, or with nil topics every committed one, and the group's error
-// code.
-func (c *conn) fetchGroupOffsets(groupID string, topics []offsetFetchTopic, version int16, ids groupTopicIDs) ([]offsetFetchedTopic, int16) {
+// code. With requireStable a partition with pending transactional offsets
+// answers UNSTABLE_OFFSET_COMMIT.
+func (c *conn) fetchGroupOffsets(groupID string, topics []offsetFetchTopic, version int16, ids groupTopicIDs, requireStable bool) ([]offsetFetchedTopic, int16) {
 	byID := version >= 10
 	noOffset := func(p int32, code int16) kmsg.OffsetFetchResponseGroupTopicPartition {
 		rp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
@@ -144,7 +147,20 @@ func (c *conn) fetchGroupOffsets(groupID string, topics []offsetFetchTopic, vers
 	if err != nil {
 		return failAll(errorCode(err))
 	}
+	unstable := map[group.TopicPartition]bool{}
+	if requireStable {
+		tps, err := c.s.b.Groups().UnstableOffsets(groupID, want)
+		if err != nil {
+			return failAll(errorCode(err))
+		}
+		for _, tp := range tps {
+			unstable[tp] = true
+		}
+	}
 	answer := func(tp group.TopicPartition) kmsg.OffsetFetchResponseGroupTopicPartition {
+		if unstable[tp] {
+			return noOffset(tp.Partition, errUnstableOffsetCommit)
+		}
 		o, ok := offsets[tp]
 		if !ok {
 			return noOffset(tp.Partition, errNone)
