@@ -441,10 +441,29 @@ func (w *Workload) Check(ctx context.Context) (*Report, error) {
 	if err := w.c.WaitInSync(ctx); err != nil {
 		return nil, fmt.Errorf("clustertest: check: %w", err)
 	}
+	// In sync is not yet caught up: a follower within the replica lag
+	// time counts as in sync while the leader's high watermark (what
+	// EndOffsets answers) still waits for its next fetch. With the
+	// producers stopped the end offsets only grow until every replica
+	// has everything; read once they stay put, so that what is read is
+	// what the replicas hold (compareRead).
 	var ends map[int32]int64
-	if err := Eventually(ctx, "end offsets", func(ctx context.Context) (err error) {
+	if err := Eventually(ctx, "end offsets that stay put", func(ctx context.Context) error {
+		before, err := w.c.EndOffsets(ctx, w.opts.Topic)
+		if err != nil {
+			return err
+		}
+		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			return err
+		}
 		ends, err = w.c.EndOffsets(ctx, w.opts.Topic)
-		return err
+		if err != nil {
+			return err
+		}
+		if !maps.Equal(before, ends) {
+			return fmt.Errorf("end offsets moved from %v to %v", before, ends)
+		}
+		return nil
 	}); err != nil {
 		return nil, err
 	}
