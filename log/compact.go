@@ -345,6 +345,19 @@ func (l *Log) cleanGroup(group []*segment.Segment, m *offsetMap, now time.Time, 
 			}
 		}
 	}
+	// The aborted transactions of the group go with it: the markers are
+	// kept (control batches are never cleaned), so the entries still hold.
+	for _, s := range group {
+		entries, err := s.AbortedTxns()
+		if err != nil {
+			return discard(fmt.Errorf("log: clean %s: %w", s.Path(), err))
+		}
+		for _, e := range entries {
+			if err := out.AppendAbortedTxn(e); err != nil {
+				return discard(err)
+			}
+		}
+	}
 	out.Commit(out.Size())
 	st.BytesWritten += out.Size()
 	if err := errors.Join(out.Seal(), out.Sync(), out.SyncIndexes()); err != nil {
@@ -369,7 +382,7 @@ func (l *Log) swapIn(group []*segment.Segment, base int64) error {
 	swap := func(suffix string) string { return filepath.Join(l.dir, segment.FileName(base, suffix)+swapSuffix) }
 	final := func(b int64, suffix string) string { return filepath.Join(l.dir, segment.FileName(b, suffix)) }
 	abandon := func(err error) error {
-		for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix} {
+		for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
 			_ = l.fs.Remove(cleaned(suffix))
 		}
 		return err
@@ -397,16 +410,19 @@ func (l *Log) swapIn(group []*segment.Segment, base int64) error {
 	}
 
 	// Before the commit point a failure leaves the old segments in force.
-	for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix} {
+	removeSwaps := func() {
+		for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
+			_ = l.fs.Remove(swap(suffix))
+		}
+	}
+	for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
 		if err := l.fs.Rename(cleaned(suffix), swap(suffix)); err != nil {
-			_ = l.fs.Remove(swap(segment.IndexSuffix))
-			_ = l.fs.Remove(swap(segment.TimeIndexSuffix))
+			removeSwaps()
 			return abandon(err)
 		}
 	}
 	if err := l.fs.Rename(cleaned(segment.LogSuffix), swap(segment.LogSuffix)); err != nil {
-		_ = l.fs.Remove(swap(segment.IndexSuffix))
-		_ = l.fs.Remove(swap(segment.TimeIndexSuffix))
+		removeSwaps()
 		return abandon(err)
 	}
 	// Committed: from here a failure must stop the log, and Open finishes
@@ -415,7 +431,7 @@ func (l *Log) swapIn(group []*segment.Segment, base int64) error {
 		return l.fail(err)
 	}
 	for _, s := range group {
-		for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix} {
+		for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
 			if err := l.fs.Remove(final(s.Base(), suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return l.fail(err)
 			}
@@ -424,7 +440,7 @@ func (l *Log) swapIn(group []*segment.Segment, base int64) error {
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		return l.fail(err)
 	}
-	for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.LogSuffix} {
+	for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix, segment.LogSuffix} {
 		if err := l.fs.Rename(swap(suffix), final(base, suffix)); err != nil {
 			return l.fail(err)
 		}
@@ -485,7 +501,7 @@ func (l *Log) finishSwaps() error {
 		}
 		for _, b := range bases {
 			if b >= base && (b < next || b == base) {
-				for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix} {
+				for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
 					if err := l.fs.Remove(filepath.Join(l.dir, segment.FileName(b, suffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
 						return err
 					}
@@ -495,7 +511,7 @@ func (l *Log) finishSwaps() error {
 		if err := l.fs.SyncDir(l.dir); err != nil {
 			return err
 		}
-		for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.LogSuffix} {
+		for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix, segment.LogSuffix} {
 			from := filepath.Join(l.dir, segment.FileName(base, suffix)+swapSuffix)
 			if err := l.fs.Rename(from, filepath.Join(l.dir, segment.FileName(base, suffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err

@@ -90,6 +90,10 @@ func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
 		l.Close()
 		return nil, err
 	}
+	if err := p.loadTxns(); err != nil {
+		l.Close()
+		return nil, err
+	}
 	l.SetLeaderEpoch(p.epoch.Load())
 	return p, nil
 }

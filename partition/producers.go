@@ -286,7 +286,7 @@ func (p *Partition) producerState() (*producerState, error) {
 	if h.st != nil {
 		return h.st, nil
 	}
-	st, err := loadProducerState(p.log, p.dir, p.producerExpiration)
+	st, err := loadProducerState(p.log, p.dir, p.producerExpiration, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s-%d: %w", ErrProducerState, p.topic, p.id, err)
 	}
@@ -445,6 +445,10 @@ type producerState struct {
 	txns  atomic.Int64             // len(open) + len(done), read without mu
 	index abortedTxnIndex          // nil: aborted transactions are not indexed
 
+	// markerMu orders markers: held from a marker's append to its index
+	// entry, so that entries are written in marker order.
+	markerMu sync.Mutex
+
 	snapMu sync.Mutex // one snapshot written at a time, in offset order
 }
 
@@ -511,14 +515,19 @@ func (st *producerState) append(b record.Batch) (int64, bool, error) {
 	st.inflight++
 	st.mu.Unlock()
 
+	if b.IsControl() {
+		st.markerMu.Lock()
+	}
 	base, err := st.log.AppendBatch(b)
-
 	if err == nil && b.IsControl() {
 		// The marker is in the log; its transaction stays open (the last
 		// stable offset stays below it) until the aborted-transaction
 		// index has its entry, so no reader sees an aborted
 		// transaction's data without it.
 		err = st.endTxn(pid, e, epoch, marker, base, st.now().UnixMilli())
+	}
+	if b.IsControl() {
+		st.markerMu.Unlock()
 	}
 
 	st.mu.Lock()
@@ -614,8 +623,12 @@ func (st *producerState) snapshot(force bool) error {
 }
 
 // loadProducerState loads the state from the newest usable snapshot and
-// the log batches after it.
-func loadProducerState(l *log.Log, dir string, expiration time.Duration) (*producerState, error) {
+// the log batches after it - or, with fromStart, from the whole log,
+// ignoring the snapshots. The aborted-transaction index entries for
+// markers in what is replayed are written again: an index entry the
+// replay finds missing (a crash between a marker and its entry) is
+// restored, and with fromStart every index is rebuilt.
+func loadProducerState(l *log.Log, dir string, expiration time.Duration, fromStart bool) (*producerState, error) {
 	if expiration <= 0 {
 		expiration = DefaultProducerIDExpiration
 	}
@@ -623,10 +636,14 @@ func loadProducerState(l *log.Log, dir string, expiration time.Duration) (*produ
 	st.lastSnapshot = st.now()
 	st.lastExpiry = st.lastSnapshot
 	st.segments = l.NumSegments()
+	st.index = logTxnIndex{l}
 	from := int64(0)
 	offsets, err := listSnapshots(dir)
 	if err != nil {
 		return nil, err
+	}
+	if fromStart {
+		offsets = nil
 	}
 	end := l.EndOffset()
 	for i := len(offsets) - 1; i >= 0; i-- {
@@ -656,7 +673,11 @@ func loadProducerState(l *log.Log, dir string, expiration time.Duration) (*produ
 		}
 	}
 	st.publishTxnsLocked()
-	if err := st.replay(max(from, l.StartOffset())); err != nil {
+	from = max(from, l.StartOffset())
+	if err := l.TruncateAbortedTxns(from); err != nil {
+		return nil, err
+	}
+	if err := st.replay(from); err != nil {
 		return nil, err
 	}
 	st.changed = from != end

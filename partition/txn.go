@@ -39,7 +39,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/segment"
 )
 
 // MarkerBatch encodes the transaction marker a coordinator at
@@ -60,6 +62,13 @@ func MarkerBatch(pid int64, epoch int16, commit bool, coordinatorEpoch int32) (r
 // index entry's lastStableOffset.
 type abortedTxnIndex interface {
 	AppendAbortedTxn(t AbortedTxn, lastStable int64) error
+}
+
+// logTxnIndex writes index entries to the log's segments.
+type logTxnIndex struct{ l *log.Log }
+
+func (x logTxnIndex) AppendAbortedTxn(t AbortedTxn, lastStable int64) error {
+	return x.l.AppendAbortedTxn(segment.AbortedTxn{ProducerID: t.ProducerID, FirstOffset: t.FirstOffset, LastOffset: t.LastOffset, LastStableOffset: lastStable})
 }
 
 // doneTxn is an ended transaction whose marker is not yet below the high
@@ -277,4 +286,45 @@ type AbortedTxn struct {
 	ProducerID  int64
 	FirstOffset int64
 	LastOffset  int64
+}
+
+// AbortedTransactions returns the transactions aborted in this partition
+// that a read of [from, upTo) needs to know of: those whose ABORT marker
+// is at or after from and that began before upTo, in marker order (Kafka's
+// order; a Fetch at read_committed answers them). The producer state is
+// loaded first, so that an index entry a crash lost is back.
+func (p *Partition) AbortedTransactions(from, upTo int64) ([]AbortedTxn, error) {
+	if _, err := p.producerState(); err != nil {
+		return nil, err
+	}
+	entries, err := p.log.AbortedTxns(from, upTo)
+	if err != nil {
+		return nil, fmt.Errorf("partition %s-%d: %w", p.topic, p.id, err)
+	}
+	out := make([]AbortedTxn, len(entries))
+	for i, e := range entries {
+		out[i] = AbortedTxn{ProducerID: e.ProducerID, FirstOffset: e.FirstOffset, LastOffset: e.LastOffset}
+	}
+	return out, nil
+}
+
+// loadTxns loads the producer state when the partition opens, so that its
+// open transactions hold the last stable offset from the start. Missing or
+// damaged aborted-transaction indexes are rebuilt then, by replaying the
+// whole log (a transaction can span segments). A state that cannot be
+// loaded otherwise is left for the next use to try again.
+func (p *Partition) loadTxns() error {
+	if err := p.log.TxnIndexErr(); err == nil {
+		_, _ = p.producerState()
+		return nil
+	}
+	h := p.producerHolder()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st, err := loadProducerState(p.log, p.dir, p.producerExpiration, true)
+	if err != nil {
+		return fmt.Errorf("partition %s-%d: rebuilding the aborted-transaction index: %w", p.topic, p.id, err)
+	}
+	h.st = st
+	return nil
 }
