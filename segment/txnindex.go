@@ -115,7 +115,9 @@ type txnIndex struct {
 	err     error        // ErrNoTxnIndex or ErrBadTxnIndex once loaded
 }
 
-func (s *Segment) txnIndexPath() string { return filepath.Join(s.dir, FileName(s.base, TxnIndexSuffix)) }
+func (s *Segment) txnIndexPath() string {
+	return filepath.Join(s.dir, FileName(s.base, TxnIndexSuffix))
+}
 
 // TxnIndexPath is the segment's .txnindex file path.
 func (s *Segment) TxnIndexPath() string { return s.txnIndexPath() }
