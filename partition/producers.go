@@ -290,6 +290,7 @@ func (p *Partition) producerState() (*producerState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s-%d: %w", ErrProducerState, p.topic, p.id, err)
 	}
+	st.wake = p.wakeFetches
 	h.st = st
 	return st, nil
 }
@@ -444,6 +445,7 @@ type producerState struct {
 	done  []doneTxn                // ended, marker not yet below the high watermark
 	txns  atomic.Int64             // len(open) + len(done), read without mu
 	index abortedTxnIndex          // nil: aborted transactions are not indexed
+	wake  func()                   // wakes fetches waiting for the LSO to move; nil: none
 
 	// markerMu orders markers: held from a marker's append to its index
 	// entry, so that entries are written in marker order.

@@ -182,6 +182,9 @@ func (st *producerState) endTxn(pid int64, e *producerEntry, epoch int16, m reco
 	st.mu.Lock()
 	st.finishMarkerLocked(pid, e, epoch, m, offset, seen)
 	st.mu.Unlock()
+	if st.wake != nil {
+		st.wake() // the LSO may have moved after the marker's own wake-up
+	}
 	return nil
 }
 
@@ -325,6 +328,16 @@ func (p *Partition) loadTxns() error {
 	if err != nil {
 		return fmt.Errorf("partition %s-%d: rebuilding the aborted-transaction index: %w", p.topic, p.id, err)
 	}
+	st.wake = p.wakeFetches
 	h.st = st
 	return nil
+}
+
+// wakeFetches wakes fetches waiting on Changed.
+func (p *Partition) wakeFetches() {
+	if p.replicated {
+		p.hwNotify.Broadcast()
+		return
+	}
+	p.log.Wake()
 }
