@@ -62,6 +62,11 @@ func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
 		// below, which only holds retention back.)
 		opts.Log.RetentionLimit = p.hw.Load
 	}
+	if opts.Log.CleanLimit == nil {
+		// Compaction never passes the last stable offset: a transaction
+		// open there may still abort.
+		opts.Log.CleanLimit = p.LastStableOffset
+	}
 	l, err := log.Open(dir, opts.Log)
 	if err != nil {
 		return nil, err
