@@ -34,6 +34,21 @@ const (
 	ResetNone
 )
 
+// IsolationLevel is which records of transactions a consumer reads
+// (isolation.level). The zero value is ReadUncommitted.
+type IsolationLevel int8
+
+// IsolationLevel values.
+const (
+	// ReadUncommitted reads every data record up to the high watermark,
+	// those of open and aborted transactions included (Kafka's default).
+	ReadUncommitted IsolationLevel = iota
+	// ReadCommitted reads only up to the last stable offset - below it
+	// every transaction is decided - and leaves out the records of aborted
+	// transactions.
+	ReadCommitted
+)
+
 // Consumer defaults (Kafka's).
 const (
 	DefaultFetchMinBytes          = 1
@@ -60,6 +75,12 @@ type ConsumerConfig struct {
 	// AutoOffsetReset is where to start without a valid position
 	// (auto.offset.reset). Default ResetLatest.
 	AutoOffsetReset OffsetReset
+	// IsolationLevel is which transactional records Poll returns
+	// (isolation.level). Default ReadUncommitted. Transaction markers
+	// are never returned at either level. ReadCommitted is not served
+	// yet for a partition led by another process (a networked cluster):
+	// Poll fails with an error wrapping errors.ErrUnsupported there.
+	IsolationLevel IsolationLevel
 
 	// Group makes the consumer a member of a consumer group (group.id):
 	// the group shares the partitions of Topics among its members, and
@@ -150,7 +171,8 @@ func (b *Broker) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 		cfg.MaxPartitionFetchBytes = DefaultMaxPartitionFetchBytes
 	}
 	if cfg.FetchMinBytes < 0 || cfg.FetchMaxWait < 0 || cfg.FetchMaxBytes < 0 || cfg.MaxPartitionFetchBytes < 0 ||
-		cfg.AutoOffsetReset < ResetLatest || cfg.AutoOffsetReset > ResetNone {
+		cfg.AutoOffsetReset < ResetLatest || cfg.AutoOffsetReset > ResetNone ||
+		cfg.IsolationLevel < ReadUncommitted || cfg.IsolationLevel > ReadCommitted {
 		return nil, fmt.Errorf("%w: consumer %+v", ErrInvalidConfig, cfg)
 	}
 	c := &Consumer{b: b, cfg: cfg, byTP: map[TopicPartition]*assignment{}}
@@ -318,10 +340,20 @@ func (c *Consumer) SeekToStart(topic string, partitions ...int32) error {
 	return c.seekEach(topic, partitions, func(p readable) (int64, error) { return p.StartOffset(), nil })
 }
 
-// SeekToEnd moves partitions to their high watermark: only records produced
-// from now on.
+// SeekToEnd moves partitions to their high watermark (at ReadCommitted,
+// their last stable offset): only records produced from now on.
 func (c *Consumer) SeekToEnd(topic string, partitions ...int32) error {
-	return c.seekEach(topic, partitions, func(p readable) (int64, error) { return p.HighWatermark(), nil })
+	return c.seekEach(topic, partitions, func(p readable) (int64, error) { return c.end(p), nil })
+}
+
+// end is where a consumer's "latest" is: the high watermark, or at
+// ReadCommitted the last stable offset (Kafka's ListOffsets at
+// read_committed).
+func (c *Consumer) end(p readable) int64 {
+	if c.cfg.IsolationLevel == ReadCommitted {
+		return p.LastStableOffset()
+	}
+	return p.HighWatermark()
 }
 
 // SeekToTime moves partitions to the first record whose timestamp is at or
@@ -363,7 +395,7 @@ func (c *Consumer) reset(part readable, a *assignment, cause error) error {
 		}
 		return fmt.Errorf("spool: %s-%d: %w", a.tp.Topic, a.tp.Partition, cause)
 	default:
-		a.pos = part.HighWatermark()
+		a.pos = c.end(part)
 	}
 	a.valid = true
 	return nil
@@ -489,12 +521,16 @@ func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struc
 			}
 		}
 		limit := min(c.cfg.MaxPartitionFetchBytes, c.cfg.FetchMaxBytes-total)
-		res, err := part.Fetch(ctx, a.pos, 0, limit, 0)
+		fetch := part.Fetch
+		if c.cfg.IsolationLevel == ReadCommitted {
+			fetch = part.FetchCommitted
+		}
+		res, err := fetch(ctx, a.pos, 0, limit, 0)
 		if errors.Is(err, ErrOffsetOutOfRange) {
 			if err := c.reset(part, a, err); err != nil {
 				return recs, total, changed, err
 			}
-			res, err = part.Fetch(ctx, a.pos, 0, limit, 0)
+			res, err = fetch(ctx, a.pos, 0, limit, 0)
 		}
 		if err != nil && a.part == nil && errors.Is(err, log.ErrClosed) {
 			continue // the leader went down under us: find the next one at the next poll
@@ -503,7 +539,7 @@ func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struc
 			return recs, total, changed, c.b.wrapClosed(fmt.Errorf("spool: fetch %s-%d at %d: %w", a.tp.Topic, a.tp.Partition, a.pos, err))
 		}
 		total += len(res.Batches)
-		recs, err = c.decode(recs, a, res.Batches)
+		recs, err = c.decode(recs, a, res.Batches, res.AbortedTxns)
 		if err != nil {
 			return recs, total, changed, err
 		}
@@ -517,7 +553,20 @@ func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struc
 // decode appends the records of batches at or after a's position and moves
 // the position past them. Uncompressed records alias batches, which belongs
 // to this Poll; compressed ones get a buffer of their own.
-func (c *Consumer) decode(recs []Record, a *assignment, batches []byte) ([]Record, error) {
+//
+// Transaction markers are skipped. With aborted (a read_committed fetch's
+// aborted transactions) a transactional batch of a producer at or after
+// the first offset of its oldest pending aborted transaction is dropped,
+// and that producer's ABORT marker ends the transaction: Kafka's consumer
+// filter.
+func (c *Consumer) decode(recs []Record, a *assignment, batches []byte, aborted []partition.AbortedTxn) ([]Record, error) {
+	var pending map[int64][]int64 // producer id -> first offsets of its aborted transactions, oldest first
+	if len(aborted) > 0 {
+		pending = map[int64][]int64{}
+		for _, t := range aborted {
+			pending[t.ProducerID] = append(pending[t.ProducerID], t.FirstOffset)
+		}
+	}
 	// Size the result once: growing it record by record copies it over
 	// and over.
 	count := 0
@@ -538,7 +587,16 @@ func (c *Consumer) decode(recs []Record, a *assignment, batches []byte) ([]Recor
 		}
 		batches = batches[n:]
 		if b.IsControl() {
+			if firsts := pending[b.ProducerID()]; len(firsts) > 0 {
+				if m, err := record.ParseControlBatch(b); err == nil && m.Type == record.ControlAbort && b.BaseOffset() >= firsts[0] {
+					pending[b.ProducerID()] = firsts[1:]
+				}
+			}
 			a.pos = max(a.pos, b.NextOffset())
+			continue
+		}
+		if firsts := pending[b.ProducerID()]; b.IsTransactional() && len(firsts) > 0 && b.BaseOffset() >= firsts[0] {
+			a.pos = max(a.pos, b.NextOffset()) // aborted
 			continue
 		}
 		if b.Compression() != record.None {

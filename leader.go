@@ -134,6 +134,8 @@ type readable interface {
 	LeaderEpoch() int32
 	OffsetForTime(t time.Time) (int64, bool, error)
 	Fetch(ctx context.Context, offset int64, minBytes, maxBytes int, maxWait time.Duration) (partition.FetchResult, error)
+	LastStableOffset() int64
+	FetchCommitted(ctx context.Context, offset int64, minBytes, maxBytes int, maxWait time.Duration) (partition.FetchResult, error)
 }
 
 // readerFor returns the leader of a replicated partition for reading.
@@ -228,6 +230,17 @@ func (p *remotePartition) Fetch(ctx context.Context, offset int64, _, maxBytes i
 
 // LeaderEpoch is the leader epoch the metadata gave the leader.
 func (p *remotePartition) LeaderEpoch() int32 { return p.epoch }
+
+// LastStableOffset is the high watermark: a consumer at read_committed
+// cannot read a partition led by another process yet (FetchCommitted).
+func (p *remotePartition) LastStableOffset() int64 { return p.HighWatermark() }
+
+// FetchCommitted is not served for a partition led by another process
+// yet: the remote fetch does not carry the isolation level and the aborted
+// transactions.
+func (p *remotePartition) FetchCommitted(context.Context, int64, int, int, time.Duration) (partition.FetchResult, error) {
+	return partition.FetchResult{}, fmt.Errorf("spool: read_committed from %s-%d, led by broker %d in another process: %w", p.tp.Topic, p.tp.Partition, p.broker, errors.ErrUnsupported)
+}
 
 // OffsetForTime is not served for a partition led by another process yet.
 func (p *remotePartition) OffsetForTime(time.Time) (int64, bool, error) {

@@ -27,7 +27,16 @@ import (
 //   - records whose offset is the latest the map holds for their key (or
 //     whose key the map lacks: the key was last written in the clean part);
 //   - tombstones (a key, a nil value) until DeleteRetention after their
-//     timestamp.
+//     timestamp;
+//   - transaction markers (control batches), always and whole.
+//
+// Records of aborted transactions (the .txnindex entries: a transactional
+// batch of the producer from the transaction's first offset up to its
+// ABORT marker) are dropped and never mapped, so an aborted record can
+// never shadow a committed one. Clean stops before CleanLimit (a
+// partition's last stable offset), so every transaction in what it
+// cleans is decided. Markers are kept for good, where Kafka drops one once
+// its transaction's data is gone and delete.retention.ms has passed.
 //
 // Kept records keep their offsets, timestamps and headers, re-encoded batch
 // by batch with the same codec (record.Filter); consecutive small segments
@@ -117,16 +126,30 @@ func (l *Log) Clean(force bool) (st CleanStats, err error) {
 		}
 	}()
 
-	// The cleanable segments: sealed, and older than MinCompactionLag.
+	// The cleanable segments: sealed, below CleanLimit, and older than
+	// MinCompactionLag.
 	cleanable := sealed
+	if l.opts.CleanLimit != nil {
+		limit := l.opts.CleanLimit()
+		for i, s := range cleanable {
+			next, err := s.NextOffset()
+			if err != nil {
+				return st, err
+			}
+			if next > limit {
+				cleanable = cleanable[:i]
+				break
+			}
+		}
+	}
 	if lag := l.opts.MinCompactionLag; lag > 0 {
-		for i, s := range sealed {
+		for i, s := range cleanable {
 			mt, err := s.MaxTimestamp()
 			if err != nil {
 				return st, err
 			}
 			if mt > now.Add(-lag).UnixMilli() {
-				cleanable = sealed[:i]
+				cleanable = cleanable[:i]
 				break
 			}
 		}
@@ -162,9 +185,17 @@ func (l *Log) Clean(force bool) (st CleanStats, err error) {
 		return st, nil
 	}
 
+	// The aborted transactions: their records are neither mapped nor
+	// kept. Their markers may lie in any later segment.
+	aborted, err := abortedRanges(segs)
+	if err != nil {
+		return st, err
+	}
+
 	// Map the dirty segments' keys to their latest offsets, as far as
 	// the buffer allows, stopping at a segment boundary.
 	m := newOffsetMap(l.opts.CleanerBufferBytes)
+	m.aborted = aborted
 	st.MapBytes = int64(len(m.slots)) * mapSlotSize
 	mapped := dirtyStart - 1
 	for i := dirtyStart; i < len(cleanable); i++ {
@@ -230,7 +261,7 @@ func (l *Log) mapSegment(m *offsetMap, s *segment.Segment, from int64) (bool, er
 			}
 			out = out[n:]
 			target = b.NextOffset()
-			if b.NextOffset() <= from || b.IsControl() {
+			if b.NextOffset() <= from || b.IsControl() || m.aborted.holds(b) {
 				continue
 			}
 			for it.Reset(b); it.Next(); {
@@ -324,8 +355,20 @@ func (l *Log) cleanGroup(group []*segment.Segment, m *offsetMap, now time.Time, 
 				}
 				buf = buf[n:]
 				target = b.NextOffset()
+				if m.aborted.holds(b) {
+					st.RecordsRead += int64(b.NumRecords())
+					continue // aborted: never to be read at read_committed
+				}
 				var kept int
-				filtered, kept, err = record.Filter(filtered[:0], b, &it, keep)
+				if b.IsControl() {
+					// A marker is kept whole: readers need it to end its
+					// transaction, and it is never compacted by key.
+					filtered, kept = append(filtered[:0], b.Bytes()...), 1
+					st.RecordsRead++
+					st.RecordsKept++
+				} else {
+					filtered, kept, err = record.Filter(filtered[:0], b, &it, keep)
+				}
 				if err != nil {
 					return discard(fmt.Errorf("log: clean %s: %w", s.Path(), err))
 				}
@@ -342,6 +385,19 @@ func (l *Log) cleanGroup(group []*segment.Segment, m *offsetMap, now time.Time, 
 				if _, err := out.Append(fb); err != nil {
 					return discard(err)
 				}
+			}
+		}
+	}
+	// The aborted transactions of the group go with it: the markers are
+	// kept (control batches are never cleaned), so the entries still hold.
+	for _, s := range group {
+		entries, err := s.AbortedTxns()
+		if err != nil {
+			return discard(fmt.Errorf("log: clean %s: %w", s.Path(), err))
+		}
+		for _, e := range entries {
+			if err := out.AppendAbortedTxn(e); err != nil {
+				return discard(err)
 			}
 		}
 	}
@@ -369,7 +425,7 @@ func (l *Log) swapIn(group []*segment.Segment, base int64) error {
 	swap := func(suffix string) string { return filepath.Join(l.dir, segment.FileName(base, suffix)+swapSuffix) }
 	final := func(b int64, suffix string) string { return filepath.Join(l.dir, segment.FileName(b, suffix)) }
 	abandon := func(err error) error {
-		for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix} {
+		for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
 			_ = l.fs.Remove(cleaned(suffix))
 		}
 		return err
@@ -397,16 +453,19 @@ func (l *Log) swapIn(group []*segment.Segment, base int64) error {
 	}
 
 	// Before the commit point a failure leaves the old segments in force.
-	for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix} {
+	removeSwaps := func() {
+		for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
+			_ = l.fs.Remove(swap(suffix))
+		}
+	}
+	for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
 		if err := l.fs.Rename(cleaned(suffix), swap(suffix)); err != nil {
-			_ = l.fs.Remove(swap(segment.IndexSuffix))
-			_ = l.fs.Remove(swap(segment.TimeIndexSuffix))
+			removeSwaps()
 			return abandon(err)
 		}
 	}
 	if err := l.fs.Rename(cleaned(segment.LogSuffix), swap(segment.LogSuffix)); err != nil {
-		_ = l.fs.Remove(swap(segment.IndexSuffix))
-		_ = l.fs.Remove(swap(segment.TimeIndexSuffix))
+		removeSwaps()
 		return abandon(err)
 	}
 	// Committed: from here a failure must stop the log, and Open finishes
@@ -415,7 +474,7 @@ func (l *Log) swapIn(group []*segment.Segment, base int64) error {
 		return l.fail(err)
 	}
 	for _, s := range group {
-		for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix} {
+		for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
 			if err := l.fs.Remove(final(s.Base(), suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return l.fail(err)
 			}
@@ -424,7 +483,7 @@ func (l *Log) swapIn(group []*segment.Segment, base int64) error {
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		return l.fail(err)
 	}
-	for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.LogSuffix} {
+	for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix, segment.LogSuffix} {
 		if err := l.fs.Rename(swap(suffix), final(base, suffix)); err != nil {
 			return l.fail(err)
 		}
@@ -485,7 +544,7 @@ func (l *Log) finishSwaps() error {
 		}
 		for _, b := range bases {
 			if b >= base && (b < next || b == base) {
-				for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix} {
+				for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
 					if err := l.fs.Remove(filepath.Join(l.dir, segment.FileName(b, suffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
 						return err
 					}
@@ -495,7 +554,7 @@ func (l *Log) finishSwaps() error {
 		if err := l.fs.SyncDir(l.dir); err != nil {
 			return err
 		}
-		for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.LogSuffix} {
+		for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix, segment.LogSuffix} {
 			from := filepath.Join(l.dir, segment.FileName(base, suffix)+swapSuffix)
 			if err := l.fs.Rename(from, filepath.Join(l.dir, segment.FileName(base, suffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return err
@@ -525,4 +584,36 @@ func removeAll(l *Log, dir string) error {
 		}
 	}
 	return l.fs.Remove(dir)
+}
+
+// abortedTxns maps a producer id to its aborted transactions' offset
+// ranges, [first offset, marker offset), in marker order.
+type abortedTxns map[int64][][2]int64
+
+// abortedRanges reads the aborted transactions of segs' .txnindex files.
+func abortedRanges(segs []*segment.Segment) (abortedTxns, error) {
+	out := abortedTxns{}
+	for _, s := range segs {
+		entries, err := s.AbortedTxns()
+		if err != nil {
+			return nil, fmt.Errorf("log: clean: %w", err)
+		}
+		for _, e := range entries {
+			out[e.ProducerID] = append(out[e.ProducerID], [2]int64{e.FirstOffset, e.LastOffset})
+		}
+	}
+	return out, nil
+}
+
+// holds reports whether b is data of an aborted transaction.
+func (a abortedTxns) holds(b record.Batch) bool {
+	if len(a) == 0 || !b.IsTransactional() || b.IsControl() {
+		return false
+	}
+	for _, r := range a[b.ProducerID()] {
+		if b.BaseOffset() >= r[0] && b.BaseOffset() < r[1] {
+			return true
+		}
+	}
+	return false
 }

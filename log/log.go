@@ -224,6 +224,15 @@ func (l *Log) load() (RecoveryInfo, error) {
 	l.committed.Store(end)
 	l.durable = end
 
+	// A torn tail took markers with it: their aborted transactions are
+	// not aborted (a missing or damaged index is left for the partition
+	// to rebuild).
+	if l.active.TxnIndexErr() == nil {
+		if err := l.active.TruncateAbortedTxns(end); err != nil {
+			return info, err
+		}
+	}
+
 	// Segments wholly below the start offset are what a crash left of a
 	// DeleteRecordsBefore or Reset: nothing in them is readable.
 	if n := whollyBelow(segs, start); n > 0 {
@@ -278,7 +287,7 @@ func (l *Log) scanDir() ([]int64, error) {
 			// An index with no .log is left over from a deleted segment.
 			// Other files named by offset (a partition's producer
 			// snapshots) are not the log's to remove.
-			if base, suffix, ok := segment.ParseFileName(name); ok && (suffix == segment.IndexSuffix || suffix == segment.TimeIndexSuffix) && !logs[base] {
+			if base, suffix, ok := segment.ParseFileName(name); ok && (suffix == segment.IndexSuffix || suffix == segment.TimeIndexSuffix || suffix == segment.TxnIndexSuffix) && !logs[base] {
 				if err := l.fs.Remove(p); err != nil {
 					return nil, fmt.Errorf("log: remove %s: %w", p, err)
 				}
@@ -348,7 +357,7 @@ func (l *Log) openSegments(bases []int64, cp Checkpoint, info *RecoveryInfo) err
 			// Later segments cannot follow a hole: drop them.
 			for _, b := range bases[i+1:] {
 				info.SegmentsDropped++
-				for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix} {
+				for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
 					p := filepath.Join(l.dir, segment.FileName(b, suffix))
 					if st, err := l.fs.Stat(p); err == nil && suffix == segment.LogSuffix {
 						info.TruncatedBytes += st.Size()

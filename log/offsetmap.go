@@ -16,6 +16,10 @@ type offsetMap struct {
 	used  int
 	limit int // entries allowed: a load factor of 0.9
 	seed  *xxhash.Digest
+
+	// aborted are the aborted transactions of the log being cleaned:
+	// their records are neither mapped nor kept.
+	aborted abortedTxns
 }
 
 type mapSlot struct {

@@ -166,6 +166,13 @@ type Options struct {
 	// to copy. Called with the log's state locked: it must not call back
 	// into the log.
 	RetentionLimit func() int64
+	// CleanLimit, if set, bounds compaction: Clean never maps or rewrites
+	// a segment holding an offset at or past the offset it returns. A
+	// partition passes its last stable offset, as Kafka's cleaner stops
+	// at the first unstable offset: a transaction still open there may
+	// yet abort, and its records must not shadow committed ones. Called
+	// once per Clean before any of the log's locks is taken.
+	CleanLimit func() int64
 	// MaxMessageBytes is the largest batch an append accepts, after
 	// compression (max.message.bytes). Default 1 MiB.
 	MaxMessageBytes int

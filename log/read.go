@@ -15,6 +15,11 @@ import (
 // offset moves, the log is truncated, fails or closes.
 func (l *Log) Changed() <-chan struct{} { return l.notify.Wait() }
 
+// Wake closes the channel Changed returned now, as an append does: for a
+// layer above whose readers wait for more than the log's end to move (a
+// partition's last stable offset moves when a transaction's state does).
+func (l *Log) Wake() { l.notify.Broadcast() }
+
 // Read returns whole batches starting with the one that holds offset, up to
 // maxBytes in all - always at least one batch, however large - from the
 // committed part of the log. The first batch may begin before offset: skip

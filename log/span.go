@@ -25,6 +25,7 @@ type Span struct {
 	pos    int64
 	n      int64
 	base   int64
+	upper  int64
 }
 
 // Len is the number of bytes in the span.
@@ -40,6 +41,18 @@ func (s *Span) BaseOffset() int64 {
 		return -1
 	}
 	return s.base
+}
+
+// UpperBound is an offset at or after the end of the span's last batch and
+// at or before the limit it was found with: the end of the offsets the
+// span covers, as precisely as finding it told (Kafka's
+// fetchUpperBoundOffset is such a bound too). A read_committed fetch
+// collects the aborted transactions below it. -1 for an empty span.
+func (s *Span) UpperBound() int64 {
+	if s.n == 0 {
+		return -1
+	}
+	return s.upper
 }
 
 // File is the open .log file holding the span, for sendfile: the span is
@@ -169,11 +182,16 @@ func spanSegments(segs []*segment.Segment, i int, offset int64, maxBytes int, li
 		// segment followed by one that starts at or below limit lies below
 		// it whole.
 		end := s.Committed()
+		upper := limit // the offsets below end are below upper
+		if i+1 < len(segs) {
+			upper = min(upper, segs[i+1].Base())
+		}
 		if i+1 == len(segs) || segs[i+1].Base() > limit {
 			h, err := s.Find(limit, end)
 			switch {
 			case err == nil:
 				end = h.Position
+				upper = min(upper, h.BaseOffset)
 			case err != io.EOF:
 				s.Release()
 				return Span{}, false, err
@@ -188,12 +206,15 @@ func spanSegments(segs []*segment.Segment, i int, offset int64, maxBytes int, li
 			s.Release()
 			return Span{}, false, err
 		}
-		last, err := spanEnd(s, first, maxBytes, end)
+		last, next, err := spanEnd(s, first, maxBytes, end)
 		if err != nil {
 			s.Release()
 			return Span{}, false, err
 		}
-		return Span{seg: s, pos: first.Position, n: last - first.Position, base: first.BaseOffset}, false, nil
+		if next >= 0 {
+			upper = next
+		}
+		return Span{seg: s, pos: first.Position, n: last - first.Position, base: first.BaseOffset, upper: upper}, false, nil
 	}
 	return Span{}, false, nil
 }
@@ -208,13 +229,16 @@ func spanSegments(segs []*segment.Segment, i int, offset int64, maxBytes int, li
 // entry), for offsets guessed from the first batch's density of records
 // per byte, then galloping and bisecting: a few lookups of about an index
 // interval each, whatever the span's size.
-func spanEnd(s *segment.Segment, first segment.Header, maxBytes int, end int64) (int64, error) {
+//
+// It also returns the offset after the span's last batch when that is
+// known without a further lookup, -1 when not.
+func spanEnd(s *segment.Segment, first segment.Header, maxBytes int, end int64) (int64, int64, error) {
 	budget := first.Position + int64(max(maxBytes, 0))
 	if budget <= first.End() {
-		return first.End(), nil
+		return first.End(), first.NextOffset(), nil
 	}
 	if end <= budget {
-		return end, nil // everything to the end fits
+		return end, -1, nil // everything to the end fits
 	}
 	// good is a batch known to end within budget; every batch holding an
 	// offset at or after bad ends past it.
@@ -234,7 +258,7 @@ func spanEnd(s *segment.Segment, first segment.Header, maxBytes int, end int64) 
 	if guess > good.LastOffset {
 		h, ok, err := fits(guess)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if ok {
 			good = h
@@ -250,7 +274,7 @@ func spanEnd(s *segment.Segment, first segment.Header, maxBytes int, end int64) 
 		o := good.NextOffset() + step - 1
 		h, ok, err := fits(o)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if ok {
 			good = h
@@ -267,7 +291,7 @@ func spanEnd(s *segment.Segment, first segment.Header, maxBytes int, end int64) 
 		mid := good.NextOffset() + (bad-good.NextOffset())/2
 		h, ok, err := fits(mid)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if ok {
 			good = h
@@ -278,5 +302,5 @@ func spanEnd(s *segment.Segment, first segment.Header, maxBytes int, end int64) 
 			bad = min(bad, h.BaseOffset)
 		}
 	}
-	return good.End(), nil
+	return good.End(), good.NextOffset(), nil
 }

@@ -62,6 +62,11 @@ func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
 		// below, which only holds retention back.)
 		opts.Log.RetentionLimit = p.hw.Load
 	}
+	if opts.Log.CleanLimit == nil {
+		// Compaction never passes the last stable offset: a transaction
+		// open there may still abort.
+		opts.Log.CleanLimit = p.LastStableOffset
+	}
 	l, err := log.Open(dir, opts.Log)
 	if err != nil {
 		return nil, err
@@ -87,6 +92,10 @@ func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
 	// inside StartAt can leave them; Kafka drops them on load as well).
 	start, end := l.StartOffset(), l.EndOffset()
 	if err := p.dropProducers(func(off int64) bool { return off > end || off < start }); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if err := p.loadTxns(); err != nil {
 		l.Close()
 		return nil, err
 	}
@@ -236,6 +245,14 @@ type FetchResult struct {
 	// returned.
 	HighWatermark  int64
 	LogStartOffset int64
+	// LastStableOffset is the partition's when the fetch returned
+	// (FetchCommitted only; 0 otherwise).
+	LastStableOffset int64
+	// AbortedTxns are the aborted transactions whose batches Batches may
+	// hold, in marker order (FetchCommitted only): a reader drops a
+	// transactional batch of an aborted transaction's producer from its
+	// first offset up to its ABORT marker.
+	AbortedTxns []AbortedTxn
 }
 
 // Fetch reads committed batches from offset - at most maxBytes, but always
@@ -250,16 +267,39 @@ func (p *Partition) Fetch(ctx context.Context, offset int64, minBytes, maxBytes 
 
 // FetchInto is Fetch appending to buf, to reuse it.
 func (p *Partition) FetchInto(ctx context.Context, buf []byte, offset int64, minBytes, maxBytes int, maxWait time.Duration) (FetchResult, error) {
+	return p.fetch(ctx, buf, offset, minBytes, maxBytes, maxWait, false)
+}
+
+// FetchCommitted is Fetch at Kafka's read_committed isolation level: it
+// reads only below the last stable offset (an offset between it and the
+// end waits, as one past the high watermark does for Fetch), and reports
+// the last stable offset and the aborted transactions the batches read
+// may hold. The batches are as the log holds them - aborted data and
+// transaction markers included - for the reader to filter with
+// AbortedTxns, as Kafka's consumers do.
+func (p *Partition) FetchCommitted(ctx context.Context, offset int64, minBytes, maxBytes int, maxWait time.Duration) (FetchResult, error) {
+	return p.fetch(ctx, nil, offset, minBytes, maxBytes, maxWait, true)
+}
+
+func (p *Partition) fetch(ctx context.Context, buf []byte, offset int64, minBytes, maxBytes int, maxWait time.Duration, committed bool) (FetchResult, error) {
 	var deadline <-chan time.Time
 	for {
 		changed := p.Changed()
 		hw := p.HighWatermark()
+		limit, lso := hw, int64(0)
+		if committed {
+			lso = p.LastStableOffset()
+			limit = lso
+		}
 		var out []byte
 		var err error
-		if offset <= hw || offset > p.log.EndOffset() {
-			out, err = p.log.ReadUpTo(buf[:0], offset, maxBytes, hw)
-		} // else written but not committed yet: nothing to return, as Kafka
-		res := FetchResult{Batches: out, HighWatermark: hw, LogStartOffset: p.StartOffset()}
+		if offset <= limit || offset > p.log.EndOffset() {
+			out, err = p.log.ReadUpTo(buf[:0], offset, maxBytes, limit)
+		} // else written but not committed (or not decided) yet: nothing to return, as Kafka
+		res := FetchResult{Batches: out, HighWatermark: hw, LogStartOffset: p.StartOffset(), LastStableOffset: lso}
+		if err == nil && committed && len(out) > 0 {
+			res.AbortedTxns, err = p.AbortedTransactions(offset, lastBatchEnd(out))
+		}
 		if err != nil || len(out) >= minBytes || maxWait <= 0 {
 			return res, err
 		}
@@ -290,4 +330,18 @@ func (p *Partition) Close() error {
 		err = serr
 	}
 	return err
+}
+
+// lastBatchEnd is the offset after the last whole batch in batches.
+func lastBatchEnd(batches []byte) int64 {
+	end := int64(-1)
+	for len(batches) > 0 {
+		b, n, err := record.ParseBatch(batches)
+		if err != nil {
+			break
+		}
+		end = b.NextOffset()
+		batches = batches[n:]
+	}
+	return end
 }

@@ -29,10 +29,15 @@ package partition
 //
 //	version int16 (1) | crc uint32 | count int32 | count × entry
 //	entry: producerId int64 | epoch int16 | lastSequence int32 | lastOffset int64 |
-//	       offsetDelta int32 | timestamp int64 | coordinatorEpoch int32 (-1) |
-//	       currentTxnFirstOffset int64 (-1)
+//	       offsetDelta int32 | timestamp int64 | coordinatorEpoch int32 |
+//	       currentTxnFirstOffset int64
 //
-// The CRC-32C covers everything after the crc field. offset in the name is
+// coordinatorEpoch is that of the producer's last transaction marker (-1:
+// none); currentTxnFirstOffset is the first offset of its open transaction
+// (-1: none), every entry of a producer carrying the same two. A producer
+// known only by a marker (no data batch remembered) has one entry with
+// lastSequence and lastOffset -1, as Kafka writes it. The CRC-32C covers
+// everything after the crc field. offset in the name is
 // the log end offset the snapshot describes: it reflects every batch below
 // it. Kafka writes one entry per producer (its last batch); spool writes one
 // entry per remembered batch, oldest first, so that all of a producer's
@@ -52,7 +57,11 @@ package partition
 // ErrUnknownProducerID, which clients answer by resetting their sequences
 // (KIP-360) - when they have not written for the producer id expiration
 // (Kafka's producer.id.expiration.ms, one day), and when retention has
-// removed every batch they wrote (Kafka evicts those too).
+// removed every batch they wrote (Kafka evicts those too). A producer with
+// an open transaction is never forgotten: its transaction pins the last
+// stable offset until a marker ends it.
+//
+// Transactions (KIP-98) are tracked here too; see txn.go.
 
 import (
 	"cmp"
@@ -67,6 +76,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/internal/vfs"
@@ -92,6 +102,14 @@ var (
 	ErrProducerState = errors.New("partition: producer state unavailable")
 	// ErrBadProducerSnapshot means a snapshot file is damaged.
 	ErrBadProducerSnapshot = errors.New("partition: producer snapshot is damaged")
+	// ErrInvalidTxnState means a batch that does not fit the producer's
+	// transaction: a non-transactional batch from a producer with an open
+	// transaction (INVALID_TXN_STATE).
+	ErrInvalidTxnState = errors.New("partition: invalid transaction state")
+	// ErrTransactionCoordinatorFenced means a transaction marker from a
+	// coordinator epoch older than that of the producer's last marker: a
+	// deposed coordinator (TRANSACTION_COORDINATOR_FENCED).
+	ErrTransactionCoordinatorFenced = errors.New("partition: transaction coordinator epoch is older than the latest")
 )
 
 const (
@@ -121,9 +139,19 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // nothing and returns the original base offset with duplicate set. Batches
 // without a producer id are appended unchecked, as AppendBatch.
 //
-// The caller validates what Kafka validates before this point: a batch
-// with a producer id has a non-negative base sequence, and is neither a
-// control batch nor transactional.
+// Transactional batches and transaction markers (control batches, see
+// MarkerBatch) come in here too, and get the checks of txn.go: a
+// transactional batch opens or continues its producer's transaction, a
+// non-transactional one while a transaction is open is ErrInvalidTxnState,
+// a marker ends the transaction (ErrInvalidProducerEpoch for an older
+// producer epoch, ErrTransactionCoordinatorFenced for an older coordinator
+// epoch, an error wrapping record.ErrBadControlRecord for a control batch
+// that is no marker). Whether a client may send such batches at all is the
+// caller's decision (a Kafka client may not send control batches, and may
+// send transactional ones only inside a transaction its coordinator knows).
+//
+// The caller validates what Kafka validates before this point: a data batch
+// with a producer id has a non-negative base sequence.
 func (p *Partition) AppendProduced(b record.Batch) (base int64, duplicate bool, err error) {
 	if b.IsZero() || b.ProducerID() < 0 {
 		base, err = p.AppendBatch(b)
@@ -201,6 +229,12 @@ type ProducerInfo struct {
 	// batch replayed from the log when the state was loaded, the batch's
 	// max timestamp. It is what expiration counts from.
 	LastTimestamp int64
+	// CoordinatorEpoch is the coordinator epoch of the producer's last
+	// transaction marker here, -1 if none.
+	CoordinatorEpoch int32
+	// CurrentTxnStartOffset is the first offset of the producer's open
+	// transaction, -1 if none.
+	CurrentTxnStartOffset int64
 }
 
 // Producers lists the partition's active idempotent producers, by id. The
@@ -220,14 +254,16 @@ func (p *Partition) Producers() ([]ProducerInfo, error) {
 	start := st.log.StartOffset()
 	out := make([]ProducerInfo, 0, len(st.producers))
 	for pid, e := range st.producers {
-		if len(e.batches) == 0 {
+		if e.empty() || e.expired(cutoff, start) {
 			continue
 		}
-		last := e.batches[len(e.batches)-1]
-		if e.lastSeen < cutoff || last.lastOffset < start {
-			continue
+		info := ProducerInfo{ID: pid, Epoch: e.epoch, LastSequence: -1, LastOffset: -1, LastTimestamp: e.lastSeen,
+			CoordinatorEpoch: e.coordinatorEpoch(), CurrentTxnStartOffset: e.currentTxnFirst()}
+		if len(e.batches) > 0 {
+			last := e.batches[len(e.batches)-1]
+			info.LastSequence, info.LastOffset = last.lastSeq, last.lastOffset
 		}
-		out = append(out, ProducerInfo{ID: pid, Epoch: e.epoch, LastSequence: last.lastSeq, LastOffset: last.lastOffset, LastTimestamp: e.lastSeen})
+		out = append(out, info)
 	}
 	slices.SortFunc(out, func(a, b ProducerInfo) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
@@ -250,10 +286,11 @@ func (p *Partition) producerState() (*producerState, error) {
 	if h.st != nil {
 		return h.st, nil
 	}
-	st, err := loadProducerState(p.log, p.dir, p.producerExpiration)
+	st, err := loadProducerState(p.log, p.dir, p.producerExpiration, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s-%d: %w", ErrProducerState, p.topic, p.id, err)
 	}
+	st.wake = p.wakeFetches
 	h.st = st
 	return st, nil
 }
@@ -273,8 +310,48 @@ type producerEntry struct {
 	// Guarded by producerState.mu.
 	refs     int             // appends holding or waiting for lock
 	epoch    int16           // latest epoch
-	batches  []producerBatch // the latest, oldest first; empty: unknown
+	batches  []producerBatch // the latest, oldest first; empty: no data batch known
 	lastSeen int64           // Unix ms of the last append (replayed: the batch's max timestamp)
+
+	marked     bool  // a transaction marker of this producer was appended
+	coordEpoch int32 // coordinator epoch of its last marker, when marked
+	inTxn      bool  // it has an open transaction here
+	txnFirst   int64 // first offset of its open transaction, when inTxn
+}
+
+func newProducerEntry() *producerEntry { return &producerEntry{epoch: -1} }
+
+// empty reports an entry that knows nothing worth keeping: no batch, no
+// marker.
+func (e *producerEntry) empty() bool { return len(e.batches) == 0 && !e.marked && !e.inTxn }
+
+// coordinatorEpoch is the coordinator epoch of the last marker, -1 if none.
+func (e *producerEntry) coordinatorEpoch() int32 {
+	if e.marked {
+		return e.coordEpoch
+	}
+	return -1
+}
+
+// currentTxnFirst is the first offset of the open transaction, -1 if none.
+func (e *producerEntry) currentTxnFirst() int64 {
+	if e.inTxn {
+		return e.txnFirst
+	}
+	return -1
+}
+
+// expired reports whether a producer is to be forgotten: idle since before
+// cutoff (Unix ms), or every batch it wrote is below the log start. One
+// with an open transaction never is.
+func (e *producerEntry) expired(cutoff, start int64) bool {
+	if e.inTxn {
+		return false
+	}
+	if e.lastSeen < cutoff {
+		return true
+	}
+	return len(e.batches) > 0 && e.batches[len(e.batches)-1].lastOffset < start
 }
 
 // add remembers a batch; a new epoch forgets the old epoch's batches.
@@ -295,6 +372,9 @@ func (e *producerEntry) add(epoch int16, pb producerBatch, seen int64) {
 // error), answer it as a duplicate of a remembered batch, or refuse it.
 func (e *producerEntry) check(epoch int16, first, last int32) (dup *producerBatch, err error) {
 	if len(e.batches) == 0 {
+		if e.marked && epoch < e.epoch {
+			return nil, fmt.Errorf("%w: epoch %d, latest %d", ErrInvalidProducerEpoch, epoch, e.epoch)
+		}
 		if first != 0 {
 			return nil, fmt.Errorf("%w: first sequence %d", ErrUnknownProducerID, first)
 		}
@@ -360,19 +440,39 @@ type producerState struct {
 	lastSnapshot time.Time // or the load
 	lastExpiry   time.Time
 
+	// Transactions (txn.go), guarded by mu.
+	open  map[int64]*producerEntry // producers with an open transaction
+	done  []doneTxn                // ended, marker not yet below the high watermark
+	txns  atomic.Int64             // len(open) + len(done), read without mu
+	index abortedTxnIndex          // nil: aborted transactions are not indexed
+	wake  func()                   // wakes fetches waiting for the LSO to move; nil: none
+
+	// markerMu orders markers: held from a marker's append to its index
+	// entry, so that entries are written in marker order.
+	markerMu sync.Mutex
+
 	snapMu sync.Mutex // one snapshot written at a time, in offset order
 }
 
-// append checks and appends a batch that carries a producer id.
+// append checks and appends a batch that carries a producer id: a data
+// batch, or a transaction marker.
 func (st *producerState) append(b record.Batch) (int64, bool, error) {
 	pid, epoch, first := b.ProducerID(), b.ProducerEpoch(), b.BaseSequence()
 	last := lastSequence(first, b.LastOffsetDelta())
+	var marker record.ControlRecord
+	if b.IsControl() {
+		cr, err := record.ParseControlBatch(b)
+		if err != nil {
+			return 0, false, err
+		}
+		marker = cr
+	}
 
 	st.mu.Lock()
 	st.expireLocked()
 	e := st.producers[pid]
 	if e == nil {
-		e = &producerEntry{epoch: -1}
+		e = newProducerEntry()
 		st.producers[pid] = e
 	}
 	e.refs++
@@ -383,14 +483,20 @@ func (st *producerState) append(b record.Batch) (int64, bool, error) {
 		e.lock.Unlock()
 		st.mu.Lock()
 		e.refs--
-		if e.refs == 0 && len(e.batches) == 0 {
+		if e.refs == 0 && e.empty() {
 			delete(st.producers, pid) // a producer id that never got a batch in
 		}
 		st.mu.Unlock()
 	}()
 
 	st.mu.Lock()
-	dup, err := e.check(epoch, first, last)
+	var dup *producerBatch
+	var err error
+	if b.IsControl() {
+		err = e.checkMarker(epoch, marker)
+	} else if dup, err = e.check(epoch, first, last); err == nil && dup == nil {
+		err = e.checkTxn(epoch, b.IsTransactional())
+	}
 	if dup != nil {
 		off := dup.firstOffset
 		st.mu.Unlock()
@@ -400,18 +506,56 @@ func (st *producerState) append(b record.Batch) (int64, bool, error) {
 		st.mu.Unlock()
 		return 0, false, err
 	}
+	// A transaction's first batch pins the last stable offset before it
+	// is written, at the log end it cannot land below: a read_committed
+	// reader must never see it as committed, even between the write and
+	// the update below. Fixed to the batch's base offset once written.
+	provisional := b.IsTransactional() && !b.IsControl() && !e.inTxn
+	if provisional {
+		st.openTxnLocked(pid, e, st.log.EndOffset())
+	}
 	st.inflight++
 	st.mu.Unlock()
 
+	if b.IsControl() {
+		st.markerMu.Lock()
+	}
 	base, err := st.log.AppendBatch(b)
+	if err == nil && b.IsControl() {
+		// The marker is in the log; its transaction stays open (the last
+		// stable offset stays below it) until the aborted-transaction
+		// index has its entry, so no reader sees an aborted
+		// transaction's data without it.
+		err = st.endTxn(pid, e, epoch, marker, base, st.now().UnixMilli())
+	}
+	if b.IsControl() {
+		st.markerMu.Unlock()
+	}
 
 	st.mu.Lock()
 	st.inflight--
-	if err == nil {
+	switch {
+	case err != nil:
+		if provisional {
+			st.closeTxnLocked(pid, e, -1)
+		}
+	case !b.IsControl():
 		e.add(epoch, producerBatch{firstSeq: first, lastSeq: last, firstOffset: base, lastOffset: base + int64(b.LastOffsetDelta())},
 			st.now().UnixMilli())
+		if provisional {
+			st.openTxnLocked(pid, e, base)
+		}
 		st.changed = true
 	}
+	st.mu.Unlock()
+	st.maybeSnapshot()
+	return base, false, err
+}
+
+// maybeSnapshot writes a snapshot when one is due: the log rolled, or
+// snapshotInterval passed, since the last.
+func (st *producerState) maybeSnapshot() {
+	st.mu.Lock()
 	due := st.changed && st.inflight == 0 &&
 		(st.log.NumSegments() != st.segments || st.now().Sub(st.lastSnapshot) >= snapshotInterval)
 	st.mu.Unlock()
@@ -420,7 +564,6 @@ func (st *producerState) append(b record.Batch) (int64, bool, error) {
 		// the append itself succeeded.
 		_ = st.snapshot(false)
 	}
-	return base, false, err
 }
 
 // expireLocked forgets producers idle longer than the expiration and those
@@ -435,10 +578,10 @@ func (st *producerState) expireLocked() {
 	cutoff := now.Add(-st.expiration).UnixMilli()
 	start := st.log.StartOffset()
 	for pid, e := range st.producers {
-		if e.refs > 0 || len(e.batches) == 0 {
+		if e.refs > 0 || e.empty() {
 			continue
 		}
-		if e.lastSeen < cutoff || e.batches[len(e.batches)-1].lastOffset < start {
+		if e.expired(cutoff, start) {
 			delete(st.producers, pid)
 			st.changed = true
 		}
@@ -482,19 +625,27 @@ func (st *producerState) snapshot(force bool) error {
 }
 
 // loadProducerState loads the state from the newest usable snapshot and
-// the log batches after it.
-func loadProducerState(l *log.Log, dir string, expiration time.Duration) (*producerState, error) {
+// the log batches after it - or, with fromStart, from the whole log,
+// ignoring the snapshots. The aborted-transaction index entries for
+// markers in what is replayed are written again: an index entry the
+// replay finds missing (a crash between a marker and its entry) is
+// restored, and with fromStart every index is rebuilt.
+func loadProducerState(l *log.Log, dir string, expiration time.Duration, fromStart bool) (*producerState, error) {
 	if expiration <= 0 {
 		expiration = DefaultProducerIDExpiration
 	}
-	st := &producerState{log: l, dir: dir, expiration: expiration, now: time.Now, producers: map[int64]*producerEntry{}}
+	st := &producerState{log: l, dir: dir, expiration: expiration, now: time.Now, producers: map[int64]*producerEntry{}, open: map[int64]*producerEntry{}}
 	st.lastSnapshot = st.now()
 	st.lastExpiry = st.lastSnapshot
 	st.segments = l.NumSegments()
+	st.index = logTxnIndex{l}
 	from := int64(0)
 	offsets, err := listSnapshots(dir)
 	if err != nil {
 		return nil, err
+	}
+	if fromStart {
+		offsets = nil
 	}
 	end := l.EndOffset()
 	for i := len(offsets) - 1; i >= 0; i-- {
@@ -518,14 +669,25 @@ func loadProducerState(l *log.Log, dir string, expiration time.Duration) (*produ
 			return nil, err
 		}
 	}
-	if err := st.replay(max(from, l.StartOffset())); err != nil {
+	for pid, e := range st.producers {
+		if e.inTxn {
+			st.open[pid] = e
+		}
+	}
+	st.publishTxnsLocked()
+	from = max(from, l.StartOffset())
+	if err := l.TruncateAbortedTxns(from); err != nil {
+		return nil, err
+	}
+	if err := st.replay(from); err != nil {
 		return nil, err
 	}
 	st.changed = from != end
 	return st, nil
 }
 
-// replay applies the producer batches from offset to the committed end.
+// replay applies the producer batches from offset to the committed end,
+// without the checks of append: they passed them when they were written.
 func (st *producerState) replay(offset int64) error {
 	var buf []byte
 	for offset < st.log.CommittedOffset() {
@@ -547,24 +709,13 @@ func (st *producerState) replay(offset int64) error {
 				continue // before the snapshot: already in it
 			}
 			offset = b.NextOffset()
-			pid := b.ProducerID()
-			if pid < 0 || b.IsControl() || b.BaseSequence() < 0 {
-				continue
-			}
-			e := st.producers[pid]
-			if e == nil {
-				e = &producerEntry{epoch: -1}
-				st.producers[pid] = e
-			}
-			first := b.BaseSequence()
 			seen := b.MaxTimestamp()
 			if seen < 0 {
 				seen = st.now().UnixMilli() // no timestamp: count from the load
 			}
-			e.add(b.ProducerEpoch(), producerBatch{
-				firstSeq: first, lastSeq: lastSequence(first, b.LastOffsetDelta()),
-				firstOffset: b.BaseOffset(), lastOffset: b.LastOffset(),
-			}, seen)
+			if err := st.apply(b, seen); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -577,26 +728,37 @@ func encodeProducerSnapshot(producers map[int64]*producerEntry) []byte {
 	n := 0
 	pids := make([]int64, 0, len(producers))
 	for pid, e := range producers {
-		if len(e.batches) > 0 {
+		switch {
+		case len(e.batches) > 0:
 			pids = append(pids, pid)
 			n += len(e.batches)
+		case e.marked:
+			pids = append(pids, pid) // known by its marker: one epoch-only entry
+			n++
 		}
 	}
 	slices.Sort(pids)
 	out := make([]byte, snapshotHeader, snapshotHeader+n*snapshotEntrySize)
 	binary.BigEndian.PutUint16(out, snapshotVersion)
 	binary.BigEndian.PutUint32(out[6:], uint32(n))
+	entry := func(pid int64, e *producerEntry, lastSeq int32, lastOffset int64, delta int32) {
+		out = binary.BigEndian.AppendUint64(out, uint64(pid))
+		out = binary.BigEndian.AppendUint16(out, uint16(e.epoch))
+		out = binary.BigEndian.AppendUint32(out, uint32(lastSeq))
+		out = binary.BigEndian.AppendUint64(out, uint64(lastOffset))
+		out = binary.BigEndian.AppendUint32(out, uint32(delta))
+		out = binary.BigEndian.AppendUint64(out, uint64(e.lastSeen))
+		out = binary.BigEndian.AppendUint32(out, uint32(e.coordinatorEpoch()))
+		out = binary.BigEndian.AppendUint64(out, uint64(e.currentTxnFirst()))
+	}
 	for _, pid := range pids {
 		e := producers[pid]
+		if len(e.batches) == 0 {
+			entry(pid, e, -1, -1, 0)
+			continue
+		}
 		for _, pb := range e.batches {
-			out = binary.BigEndian.AppendUint64(out, uint64(pid))
-			out = binary.BigEndian.AppendUint16(out, uint16(e.epoch))
-			out = binary.BigEndian.AppendUint32(out, uint32(pb.lastSeq))
-			out = binary.BigEndian.AppendUint64(out, uint64(pb.lastOffset))
-			out = binary.BigEndian.AppendUint32(out, uint32(pb.lastOffset-pb.firstOffset))
-			out = binary.BigEndian.AppendUint64(out, uint64(e.lastSeen))
-			out = binary.BigEndian.AppendUint32(out, math.MaxUint32) // coordinator epoch -1
-			out = binary.BigEndian.AppendUint64(out, math.MaxUint64) // no transaction: -1
+			entry(pid, e, pb.lastSeq, pb.lastOffset, int32(pb.lastOffset-pb.firstOffset))
 		}
 	}
 	binary.BigEndian.PutUint32(out[2:], crc32.Checksum(out[6:], castagnoli))
@@ -635,23 +797,46 @@ func decodeProducerSnapshot(data []byte, producers map[int64]*producerEntry) err
 		lastOffset := int64(binary.BigEndian.Uint64(p[14:]))
 		delta := int32(binary.BigEndian.Uint32(p[22:]))
 		seen := int64(binary.BigEndian.Uint64(p[26:]))
-		if pid < 0 || lastOffset < 0 || lastSeq < 0 || delta < 0 || lastOffset < int64(delta) {
-			// Kafka writes an epoch-only entry with offset -1; spool has
-			// no use for one.
-			if pid >= 0 && lastOffset == -1 {
-				continue
-			}
-			return fmt.Errorf("%w: entry for producer %d: sequence %d, offset %d, delta %d", ErrBadProducerSnapshot, pid, lastSeq, lastOffset, delta)
+		coordEpoch := int32(binary.BigEndian.Uint32(p[34:]))
+		txnFirst := int64(binary.BigEndian.Uint64(p[38:]))
+		if pid < 0 || coordEpoch < -1 || txnFirst < -1 || epoch < 0 && (coordEpoch >= 0 || txnFirst >= 0) {
+			return fmt.Errorf("%w: entry for producer %d: epoch %d, coordinator epoch %d, transaction at %d",
+				ErrBadProducerSnapshot, pid, epoch, coordEpoch, txnFirst)
+		}
+		epochOnly := lastOffset == -1
+		if !epochOnly && (lastOffset < 0 || lastSeq < 0 || delta < 0 || lastOffset < int64(delta) || txnFirst > lastOffset) {
+			return fmt.Errorf("%w: entry for producer %d: sequence %d, offset %d, delta %d, transaction at %d",
+				ErrBadProducerSnapshot, pid, lastSeq, lastOffset, delta, txnFirst)
+		}
+		if epochOnly && txnFirst >= 0 {
+			// An open transaction has data here: its batches are
+			// remembered, so an epoch-only entry cannot carry one.
+			return fmt.Errorf("%w: epoch-only entry for producer %d with a transaction at %d", ErrBadProducerSnapshot, pid, txnFirst)
 		}
 		e := producers[pid]
 		if e == nil {
-			e = &producerEntry{epoch: -1}
+			e = newProducerEntry()
 			producers[pid] = e
 		}
-		e.add(epoch, producerBatch{
-			firstSeq: firstSequence(lastSeq, delta), lastSeq: lastSeq,
-			firstOffset: lastOffset - int64(delta), lastOffset: lastOffset,
-		}, seen)
+		if epochOnly {
+			// Kafka writes one for a producer known only by its epoch
+			// (a marker, or data all gone): keep the epochs for fencing.
+			if epoch < 0 {
+				continue
+			}
+			e.epoch, e.marked, e.lastSeen = epoch, true, max(e.lastSeen, seen)
+			e.batches = e.batches[:0]
+		} else {
+			e.add(epoch, producerBatch{
+				firstSeq: firstSequence(lastSeq, delta), lastSeq: lastSeq,
+				firstOffset: lastOffset - int64(delta), lastOffset: lastOffset,
+			}, seen)
+		}
+		// The last entry of a producer wins, as in Kafka's reader.
+		e.coordEpoch, e.txnFirst, e.inTxn = coordEpoch, txnFirst, txnFirst >= 0
+		if coordEpoch >= 0 {
+			e.marked = true
+		}
 	}
 	return nil
 }

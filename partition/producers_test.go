@@ -529,8 +529,8 @@ func TestProducersListsActiveProducers(t *testing.T) {
 		require.NoError(t, err)
 	}
 	want := []ProducerInfo{
-		{ID: 3, Epoch: 2, LastSequence: 4, LastOffset: 10, LastTimestamp: now.UnixMilli()},
-		{ID: 7, Epoch: 0, LastSequence: 4, LastOffset: 6, LastTimestamp: now.UnixMilli()},
+		{ID: 3, Epoch: 2, LastSequence: 4, LastOffset: 10, LastTimestamp: now.UnixMilli(), CoordinatorEpoch: -1, CurrentTxnStartOffset: -1},
+		{ID: 7, Epoch: 0, LastSequence: 4, LastOffset: 6, LastTimestamp: now.UnixMilli(), CoordinatorEpoch: -1, CurrentTxnStartOffset: -1},
 	}
 	got, err = p.Producers()
 	require.NoError(t, err)
@@ -558,7 +558,7 @@ func TestProducersListsActiveProducers(t *testing.T) {
 	forgetProducers(p)
 	got, err = p.Producers()
 	require.NoError(t, err)
-	want = append(want, ProducerInfo{ID: 11, Epoch: 1, LastSequence: 0, LastOffset: 11, LastTimestamp: replayed})
+	want = append(want, ProducerInfo{ID: 11, Epoch: 1, LastSequence: 0, LastOffset: 11, LastTimestamp: replayed, CoordinatorEpoch: -1, CurrentTxnStartOffset: -1})
 	require.Equal(t, want, got)
 
 	// An expired producer is left out, but the listing forgets nobody:

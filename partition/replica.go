@@ -50,9 +50,19 @@ func (p *Partition) BecomeFollower(epoch int32) error {
 // misses an epoch the log holds). It returns the new end offset once the
 // batches are durable under the log's flush policy. A batch that does not
 // parse, verify or follow on is an error; the batches before it stay.
+//
+// The producer state follows the copied batches as they are written
+// (without the leader's checks), so that a follower's open transactions,
+// last stable offset and aborted-transaction index match the leader's.
+// When the state cannot be loaded the batches are still copied; the state
+// is loaded from the log when next needed.
 func (p *Partition) AppendReplica(batches []byte) (int64, error) {
 	var last log.Pending
 	var wrote bool
+	st, serr := p.producerState()
+	if serr != nil {
+		st = nil
+	}
 	for len(batches) > 0 {
 		b, n, err := record.ParseBatch(batches)
 		if err != nil {
@@ -66,7 +76,7 @@ func (p *Partition) AppendReplica(batches []byte) (int64, error) {
 				return p.log.EndOffset(), err
 			}
 		}
-		pd, err := p.log.AppendReplicaNoWait(b)
+		pd, err := p.appendReplica(st, b)
 		if err != nil {
 			if wrote {
 				err = joinWait(err, p.log.WaitDurable(last))
@@ -82,6 +92,33 @@ func (p *Partition) AppendReplica(batches []byte) (int64, error) {
 		}
 	}
 	return p.log.EndOffset(), nil
+}
+
+// appendReplica writes one copied batch and applies it to the producer
+// state st (if not nil). The state counts the write as in flight, so that
+// no snapshot is taken between the write and the update.
+func (p *Partition) appendReplica(st *producerState, b record.Batch) (log.Pending, error) {
+	if st == nil || b.ProducerID() < 0 {
+		return p.log.AppendReplicaNoWait(b)
+	}
+	st.mu.Lock()
+	st.inflight++
+	st.mu.Unlock()
+	pd, err := p.log.AppendReplicaNoWait(b)
+	if err == nil {
+		seen := b.MaxTimestamp()
+		if seen < 0 {
+			seen = st.now().UnixMilli()
+		}
+		err = st.apply(b, seen)
+	}
+	st.mu.Lock()
+	st.inflight--
+	st.mu.Unlock()
+	if err == nil {
+		st.maybeSnapshot()
+	}
+	return pd, err
 }
 
 func joinWait(err, werr error) error {

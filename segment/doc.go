@@ -1,5 +1,6 @@
 // Package segment implements one segment of a partition's log: a .log file
-// of record batches and the two sparse indexes that find things in it.
+// of record batches, the two sparse indexes that find things in it, and
+// the index of the transactions aborted in it.
 //
 // # Files
 //
@@ -9,6 +10,7 @@
 //	00000000000000368769.log        record batches, back to back
 //	00000000000000368769.index      offset -> position   (package index)
 //	00000000000000368769.timeindex  timestamp -> offset  (package index)
+//	00000000000000368769.txnindex   aborted transactions (see txnindex.go)
 //
 // The .log file is nothing but Kafka RecordBatch v2 bytes (package record),
 // exactly as they arrived and as a fetch sends them:

@@ -156,6 +156,9 @@ type Segment struct {
 	retired []*indexes // replaced by a rebuild; unmapped when the segment closes
 	rebuild atomic.Bool
 
+	txnMu sync.Mutex // guards txn
+	txn   txnIndex   // the .txnindex, loaded on first use
+
 	refs        atomic.Int64 // the log's reference plus one per reader
 	closeOnce   sync.Once
 	closeErr    error
@@ -182,6 +185,15 @@ func Create(dir string, base int64, opts Options) (*Segment, error) {
 		_ = opts.FS.Remove(s.logPath)
 		_ = opts.FS.Remove(s.indexPath())
 		_ = opts.FS.Remove(s.timeIndexPath())
+		return nil, err
+	}
+	// An empty .txnindex: from now on a missing one is a lost one.
+	if err := s.createTxnIndex(); err != nil {
+		_ = ix.close(false)
+		f.Close()
+		for _, p := range []string{s.logPath, s.indexPath(), s.timeIndexPath(), s.txnIndexPath()} {
+			_ = opts.FS.Remove(p)
+		}
 		return nil, err
 	}
 	s.idx.Store(ix)
@@ -443,7 +455,7 @@ func (s *Segment) Close(clean bool) error {
 // release it. The caller fsyncs the directory.
 func (s *Segment) Delete() error {
 	var errs []error
-	for _, p := range []string{s.logPath, s.indexPath(), s.timeIndexPath()} {
+	for _, p := range []string{s.logPath, s.indexPath(), s.timeIndexPath(), s.txnIndexPath()} {
 		if err := s.opts.FS.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

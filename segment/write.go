@@ -176,6 +176,10 @@ func (s *Segment) Truncate(offset int64) (int64, error) {
 		// Nothing left: the segment starts where it always did.
 		s.next.Store(s.base)
 	}
+	// Transactions aborted by markers that are gone are not aborted.
+	if err := s.TruncateAbortedTxns(s.next.Load()); err != nil {
+		return 0, err
+	}
 	return s.next.Load(), nil
 }
 

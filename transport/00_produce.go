@@ -278,6 +278,14 @@ func parseProduceBatch(version int16, recs []byte) (record.Batch, int16, string)
 	case b.ProducerID() >= 0 && b.BaseSequence() < 0:
 		return record.Batch{}, errInvalidRecord, "record batch with a producer id but no sequence"
 	case b.IsTransactional():
+		// The only thing between a client's transactional batch and the
+		// log: the partitions (partition.AppendProduced) take
+		// transactional batches and markers, track open transactions,
+		// the LSO and the aborted-transaction index. What is missing is
+		// the transaction coordinator (package txn): until a leader can
+		// ask it that the partition is in the producer's transaction
+		// (KIP-890 part 1), a transactional batch is refused here. Replace
+		// this case with that check.
 		return record.Batch{}, errInvalidTxnState, "transactions are not supported"
 	case b.Compression() == record.ZSTD && version < 7:
 		return record.Batch{}, errUnsupportedCompressionType, "zstd needs produce v7 or later"
@@ -296,6 +304,10 @@ func produceErrorCode(err error) int16 {
 		return errInvalidProducerEpoch
 	case errors.Is(err, partition.ErrProducerState):
 		return errKafkaStorageError
+	case errors.Is(err, partition.ErrInvalidTxnState):
+		return errInvalidTxnState
+	case errors.Is(err, partition.ErrTransactionCoordinatorFenced):
+		return errTransactionCoordinatorFenced
 	case errors.Is(err, spool.ErrClosed), errors.Is(err, log.ErrClosed):
 		// The partition is going away with its broker: retriable, and
 		// the client looks for the leader again.

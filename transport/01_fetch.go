@@ -90,6 +90,7 @@ type fetchPart struct {
 	err                int16
 	hw, lso, logStart  int64
 	span               log.Span
+	aborted            []partition.AbortedTxn // read_committed: the aborted transactions the span needs
 	divergingEpoch     int32
 	divergingEndOffset int64
 }
@@ -168,7 +169,11 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 			rp.ErrorCode = fp.err
 			rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = fp.hw, fp.lso, fp.logStart
 			if body.IsolationLevel == 1 {
-				rp.AbortedTransactions = []kmsg.FetchResponseTopicPartitionAbortedTransaction{}
+				rp.AbortedTransactions = make([]kmsg.FetchResponseTopicPartitionAbortedTransaction, 0, len(fp.aborted))
+				for _, a := range fp.aborted {
+					rp.AbortedTransactions = append(rp.AbortedTransactions,
+						kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
+				}
 			}
 			rp.DivergingEpoch.Epoch, rp.DivergingEpoch.EndOffset = fp.divergingEpoch, fp.divergingEndOffset
 			if req.version < 4 && fp.span.Len() > 0 {
@@ -368,6 +373,7 @@ func readParts(body *kmsg.FetchRequest, version int16, parts []fetchPart) (int64
 	for i := range parts {
 		fp := &parts[i]
 		releaseSpan(&fp.span)
+		fp.aborted = nil
 		fp.err, fp.hw, fp.lso, fp.logStart = fp.code, -1, -1, -1
 		fp.divergingEpoch, fp.divergingEndOffset = -1, -1
 		if fp.p == nil {
@@ -401,15 +407,25 @@ func readParts(body *kmsg.FetchRequest, version int16, parts []fetchPart) (int64
 			now = true
 			continue
 		}
-		fp.hw, fp.lso, fp.logStart = hw, hw, start // LSO = HW: no transactions
-		if offset >= hw {
+		// read_committed (isolation level 1) reads only below the last
+		// stable offset: every transaction there is decided, and the
+		// response lists the aborted ones so that the client drops
+		// their batches. read_uncommitted reads to the high watermark.
+		// Both are told the LSO, as Kafka does.
+		lso := p.LastStableOffset()
+		fp.hw, fp.lso, fp.logStart = hw, lso, start
+		readTo := hw
+		if body.IsolationLevel == 1 {
+			readTo = lso
+		}
+		if offset >= readTo {
 			continue
 		}
 		budget := min(int64(max(fp.req.PartitionMaxBytes, 0)), limit)
 		if budget == 0 && !minOne {
 			continue
 		}
-		sp, err := p.Log().Span(offset, int(budget), hw)
+		sp, err := p.Log().Span(offset, int(budget), readTo)
 		if err == nil && !skipFetchVerify {
 			// The bytes go out unseen (sendfile), and a client that does
 			// not check CRCs would take damage for data: check them
@@ -430,6 +446,16 @@ func readParts(body *kmsg.FetchRequest, version int16, parts []fetchPart) (int64
 		if sp.Len() > budget && !minOne {
 			releaseSpan(&sp)
 			continue
+		}
+		if sp.Len() > 0 && body.IsolationLevel == 1 {
+			aborted, err := p.AbortedTransactions(offset, sp.UpperBound())
+			if err != nil {
+				releaseSpan(&sp)
+				fp.err, fp.hw, fp.lso, fp.logStart = fetchErrorCode(err), -1, -1, -1
+				now = true
+				continue
+			}
+			fp.aborted = aborted
 		}
 		if sp.Len() > 0 {
 			minOne = false

@@ -15,9 +15,8 @@ import (
 // v0 is Kafka's legacy "offsets before" lookup (a list of segment base
 // offsets, MaxNumOffsets of them), answered as Kafka 2.x did from the
 // segment files' names and modification times. v1+ answer one offset per
-// partition: -2 the log start offset, -1 the high watermark (the last
-// stable offset for read_committed: the same, as there are no
-// transactions), v7+ -3 the record with the greatest timestamp (KIP-734),
+// partition: -2 the log start offset, -1 the high watermark (v2+ at
+// isolation level 1, read_committed: the last stable offset), v7+ -3 the record with the greatest timestamp (KIP-734),
 // v8+ -4 the earliest local offset (= the log start: nothing is tiered),
 // v9+ -5 the latest tiered offset and v11+ -6 the earliest pending upload
 // (none without tiered storage: -1), and a timestamp the first record at or
@@ -96,7 +95,7 @@ func listOffsets(c *conn, req *request, body *kmsg.ListOffsetsRequest) (kmsg.Res
 				out.OldStyleOffsets = offs
 				continue
 			}
-			ts, off, epoch, err := offsetFor(p, rp.Timestamp, body.ReplicaID == -1)
+			ts, off, epoch, err := offsetFor(p, rp.Timestamp, body.ReplicaID == -1, req.version >= 2 && body.IsolationLevel == 1)
 			if err != nil {
 				out.ErrorCode = fetchErrorCode(err)
 				continue
@@ -109,12 +108,15 @@ func listOffsets(c *conn, req *request, body *kmsg.ListOffsetsRequest) (kmsg.Res
 
 // offsetFor answers one partition of ListOffsets v1+: the timestamp, offset
 // and leader epoch Kafka's Partition.fetchOffsetForTimestamp gives. A
-// consumer sees up to the high watermark (which is also the last stable
-// offset); a replica up to the log end. A lookup that finds nothing below
-// that gets -1, -1, -1.
-func offsetFor(p *partition.Partition, ts int64, consumer bool) (int64, int64, int32, error) {
+// consumer sees up to the high watermark, or at read_committed up to the
+// last stable offset; a replica up to the log end. A lookup that finds
+// nothing below that gets -1, -1, -1.
+func offsetFor(p *partition.Partition, ts int64, consumer, readCommitted bool) (int64, int64, int32, error) {
 	lastFetchable := p.EndOffset()
-	if consumer {
+	switch {
+	case consumer && readCommitted:
+		lastFetchable = p.LastStableOffset()
+	case consumer:
 		lastFetchable = p.HighWatermark()
 	}
 	switch ts {

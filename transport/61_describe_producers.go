@@ -7,8 +7,9 @@ import (
 // DescribeProducers v0 (KIP-664): the active idempotent producers of each
 // partition named, from its leader's producer state
 // (partition.Partition.Producers): id, epoch, last sequence and when it
-// last wrote. spool has no transactions yet, so the coordinator epoch is
-// always -1 and there is never a transaction start offset (-1). A
+// last wrote, the coordinator epoch of its last transaction marker (-1:
+// none) and the first offset of its open transaction (-1: none), which
+// kafka-transactions.sh find-hanging compares with the coordinators. A
 // partition this broker does not lead is NOT_LEADER_OR_FOLLOWER, an
 // unknown one UNKNOWN_TOPIC_OR_PARTITION, one whose log could not be
 // opened or whose producer state could not be loaded KAFKA_STORAGE_ERROR,
@@ -30,7 +31,7 @@ func describeProducers(c *conn, req *request, body *kmsg.DescribeProducersReques
 				for _, pi := range producers {
 					ap := kmsg.NewDescribeProducersResponseTopicPartitionActiveProducer()
 					ap.ProducerID, ap.ProducerEpoch, ap.LastSequence, ap.LastTimestamp = pi.ID, int32(pi.Epoch), pi.LastSequence, pi.LastTimestamp
-					ap.CoordinatorEpoch = -1 // no transaction coordinator wrote for it
+					ap.CoordinatorEpoch, ap.CurrentTxnStartOffset = pi.CoordinatorEpoch, pi.CurrentTxnStartOffset
 					p.ActiveProducers = append(p.ActiveProducers, ap)
 				}
 			}

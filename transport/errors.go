@@ -59,6 +59,7 @@ const (
 	errDuplicateSequenceNumber            int16 = 46
 	errInvalidProducerEpoch               int16 = 47
 	errInvalidTxnState                    int16 = 48
+	errTransactionCoordinatorFenced       int16 = 52
 	errInvalidProducerIDMapping           int16 = 49
 	errInvalidTransactionTimeout          int16 = 50
 	errConcurrentTransactions             int16 = 51

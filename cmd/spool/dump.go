@@ -42,8 +42,9 @@ func runDump(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spool dump [--records] [--verify-index] FILE|DIR...\n\n")
 		fmt.Fprintf(fs.Output(), "Prints segment files like Kafka's DumpLogSegments: a .log's batches (one line each),\n")
-		fmt.Fprintf(fs.Output(), "a .index's or .timeindex's entries checked against the segment's .log, or a\n")
-		fmt.Fprintf(fs.Output(), "checkpoint file; a log's directory (a partition's, or __cluster_metadata-0) stands\n")
+		fmt.Fprintf(fs.Output(), "a .index's or .timeindex's entries checked against the segment's .log, a .txnindex's\n")
+		fmt.Fprintf(fs.Output(), "aborted transactions, or a checkpoint file; transaction markers show as\n")
+		fmt.Fprintf(fs.Output(), "endTxnMarker: COMMIT|ABORT coordinatorEpoch: N; a log's directory (a partition's, or __cluster_metadata-0) stands\n")
 		fmt.Fprintf(fs.Output(), "for its checkpoint and its .log files in offset order.\n")
 		fmt.Fprintf(fs.Output(), "Exits 1 if a file holds a problem, 2 on usage errors.\n\nFlags:\n")
 		printFlags(fs)
@@ -134,6 +135,8 @@ func (d *dumper) dumpFile(path string) {
 		return
 	}
 	switch suffix {
+	case segment.TxnIndexSuffix:
+		d.dumpTxnIndex(path, base)
 	case segment.LogSuffix:
 		d.dumpLog(path)
 		if d.verifyIndex {
@@ -213,6 +216,11 @@ func batchLine(b record.Batch, pos int64) string {
 	}
 	if b.IsControl() {
 		line += " isControl: true"
+		// An end transaction marker says which, and from which
+		// coordinator epoch (Kafka prints it per record).
+		if m, err := record.ParseControlBatch(b); err == nil {
+			line += fmt.Sprintf(" endTxnMarker: %s coordinatorEpoch: %d", m.Type, m.CoordinatorEpoch)
+		}
 	}
 	if b.HasDeleteHorizon() {
 		line += " deleteHorizon: true"
@@ -369,6 +377,27 @@ func walkHeaders(path string, c *indexChecker) (bool, error) {
 		return true, fmt.Errorf("the log stops early: %w", stopped)
 	}
 	return true, nil
+}
+
+// dumpTxnIndex prints a .txnindex file's aborted transactions, one line
+// each. A file that does not decode whole is a problem; the entries before
+// the damage are printed.
+func (d *dumper) dumpTxnIndex(path string, base int64) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		d.problem("%v", err)
+		return
+	}
+	fmt.Fprintf(d.out, "Dumping %s (base offset %d, %d bytes)\n", path, base, len(data))
+	entries, err := segment.ParseTxnIndex(data)
+	for _, e := range entries {
+		fmt.Fprintf(d.out, "producerId: %d firstOffset: %d lastOffset: %d lastStableOffset: %d\n",
+			e.ProducerID, e.FirstOffset, e.LastOffset, e.LastStableOffset)
+	}
+	if err != nil {
+		d.problem("%s: %v (the partition rebuilds a damaged index when it opens)", path, err)
+	}
+	fmt.Fprintf(d.out, "%d aborted transactions\n", len(entries))
 }
 
 // dumpCheckpoint prints a log's checkpoint file.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spoolmq/spool/controller"
 	spoollog "github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/segment"
 )
@@ -358,4 +359,38 @@ func TestDumpDirectory(t *testing.T) {
 	require.Equal(t, exitProblem, code)
 	require.Contains(t, out, "PROBLEM: ")
 	require.Contains(t, out, "a directory with no checkpoint and no segment files")
+}
+
+// TestDumpTransactions: markers show as such in a .log's dump, and a
+// .txnindex dumps its aborted transactions; a torn one is a problem.
+func TestDumpTransactions(t *testing.T) {
+	dir := t.TempDir()
+	p, err := partition.Open(dir, "t", 0, partition.Options{Log: spoollog.Options{Flush: spoollog.None}})
+	require.NoError(t, err)
+	b, err := record.NewBatch([]record.Record{{Value: []byte("x")}}, record.BatchOptions{
+		Producer: &record.ProducerInfo{ID: 7, Epoch: 2, BaseSequence: 0}, Transactional: true})
+	require.NoError(t, err)
+	_, _, err = p.AppendProduced(b)
+	require.NoError(t, err)
+	m, err := partition.MarkerBatch(7, 2, false, 4)
+	require.NoError(t, err)
+	_, _, err = p.AppendProduced(m)
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+
+	code, out, stderr := runTool(t, "dump", filepath.Join(dir, segment.FileName(0, segment.LogSuffix)))
+	require.Equal(t, exitOK, code, out+stderr)
+	require.Contains(t, out, "isTransactional: true isControl: true endTxnMarker: ABORT coordinatorEpoch: 4\n")
+
+	idx := filepath.Join(dir, segment.FileName(0, segment.TxnIndexSuffix))
+	code, out, stderr = runTool(t, "dump", idx)
+	require.Equal(t, exitOK, code, out+stderr)
+	require.Contains(t, out, "producerId: 7 firstOffset: 0 lastOffset: 1 lastStableOffset: 2\n")
+	require.Contains(t, out, "1 aborted transactions\n")
+
+	require.NoError(t, os.Truncate(idx, segment.TxnIndexEntrySize+5))
+	code, out, _ = runTool(t, "dump", idx)
+	require.Equal(t, exitProblem, code, out)
+	require.Contains(t, out, "PROBLEM")
+	require.Contains(t, out, "producerId: 7 firstOffset: 0", "the entries before the damage are shown")
 }

@@ -295,7 +295,7 @@ func segmentFile(name string) (base int64, suffix string, ok bool) {
 		return 0, "", false
 	}
 	switch suffix {
-	case segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix:
+	case segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix:
 		return base, suffix, true
 	}
 	return 0, "", false
