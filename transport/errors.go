@@ -97,7 +97,6 @@ const (
 	errUnsupportedEndpointType            int16 = 115 // KIP-919
 
 	// Transactions (KIP-98, KIP-447, KIP-588, KIP-664, KIP-890).
-	errTransactionCoordinatorFenced int16 = 52
 	errOperationNotAttempted        int16 = 55
 	errUnstableOffsetCommit         int16 = 88
 	errProducerFenced               int16 = 90
