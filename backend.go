@@ -54,6 +54,9 @@ type topicStore interface {
 	appendCommitted(ctx context.Context, topic, groupID string, recs []record.Record, txn *record.ProducerInfo) error
 	prepareGroups(ctx context.Context) error
 	produceBatch(ctx context.Context, topic string, n int32, batch record.Batch, opts ProduceOptions) (int64, error)
+	// writeMarker writes a transaction marker batch at the partition's
+	// leader; local reports whether that was this broker.
+	writeMarker(ctx context.Context, topic string, n int32, batch record.Batch, m TxnMarker) (local bool, err error)
 	leaderPartition(topic string, n int32, leaderEpoch int32) (*partition.Partition, error)
 	// topicNamed is the name of the topic with id, if the store has it.
 	topicNamed(id TopicID) (string, bool)
@@ -94,7 +97,7 @@ type clusterStore struct{ b *Broker }
 
 // route is the store that holds topic name.
 func (b *Broker) route(name string) topicStore {
-	if b.cl != nil && (name != OffsetsTopic || b.cl.replicatesOffsets()) {
+	if b.cl != nil && (!internalTopic(name) || b.cl.replicatesOffsets()) {
 		return clusterStore{b}
 	}
 	return soloStore{b}

@@ -19,6 +19,7 @@ import (
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/replica"
+	"github.com/spoolmq/spool/txn"
 )
 
 // Broker is an embedded Kafka-style broker: a data directory of topics,
@@ -41,6 +42,10 @@ type Broker struct {
 	partitioners sync.Map // topic name -> *lockedPartitioner, for Produce
 
 	coord *group.Coordinator // consumer groups and committed offsets
+	txc   *txn.Coordinator   // transactions (transactions.go)
+
+	txnMu     sync.Mutex // a standalone broker's creation and load of __transaction_state
+	txnLoaded bool       // guarded by txnMu
 
 	cl       clusterBackend // in a cluster: the LocalCluster or the networked node; nil standalone
 	nc       *netCluster    // a networked cluster node's own state
@@ -138,6 +143,12 @@ func Open(dir string, opts Options) (*Broker, error) {
 		Owns:                  func(g string) error { return b.CheckGroupCoordinator(g) },
 		Logger:                opts.Logger,
 	})
+	b.txc, err = b.newTxnCoordinator()
+	if err != nil {
+		b.coord.Close()
+		lk.Close()
+		return nil, err
+	}
 	if opts.Node != nil {
 		err = b.openNetNode()
 	} else {
@@ -148,6 +159,9 @@ func Open(dir string, opts Options) (*Broker, error) {
 		if err == nil {
 			b.pids, err = openProducerIDs(dir)
 		}
+		if err == nil && b.snapshot()[TransactionStateTopic] != nil {
+			_, err = b.txnStateTopic(context.Background())
+		}
 		if err == nil && opts.Cluster != nil {
 			b.cl = opts.Cluster
 			err = b.cl.join(b)
@@ -155,6 +169,7 @@ func Open(dir string, opts Options) (*Broker, error) {
 	}
 	if err != nil {
 		b.coord.Close()
+		b.txc.Close()
 		b.closePartitions()
 		lk.Close()
 		return nil, err
@@ -348,7 +363,7 @@ func (b *Broker) registryLocked(topics map[string]*topic) registry {
 // the cause is gone. A crash part of the way is undone by the next Open
 // (see newPartitions).
 func (b *Broker) CreateTopic(ctx context.Context, name string, cfg TopicConfig) error {
-	if name == OffsetsTopic && !noForward(ctx) {
+	if internalTopic(name) && !noForward(ctx) {
 		// Only the broker creates it - in a cluster, any node asking the
 		// controller through its controller listener (ControllerOnly).
 		return fmt.Errorf("%w: %q is internal", ErrInvalidTopic, name)
@@ -703,6 +718,7 @@ func (b *Broker) Close() error {
 	close(b.bgStop)
 	<-b.bgDone
 	b.coord.Close()
+	b.txc.Close()
 	err := errors.Join(cerr, b.closePartitions())
 	if lerr := b.lock.Close(); err == nil {
 		err = lerr

@@ -403,7 +403,7 @@ func (s clusterStore) describe(name string) (TopicDescription, error) {
 	if err != nil {
 		return TopicDescription{}, err
 	}
-	d := TopicDescription{Name: name, Config: b.effective(cfg), Internal: name == OffsetsTopic}
+	d := TopicDescription{Name: name, Config: b.effective(cfg), Internal: internalTopic(name)}
 	d.Config.Partitions = int32(len(states))
 	var offline func(int32) bool
 	d.ID, offline = b.cl.topicIdentity(name)

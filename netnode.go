@@ -61,6 +61,10 @@ type Remote interface {
 	// (Kafka's Fetch as a consumer); offset -1 reads nothing and only
 	// reports the partition's high watermark and log start offset.
 	Fetch(ctx context.Context, broker int32, topic string, partition int32, offset int64, maxBytes int) (RemoteFetch, error)
+	// WriteTxnMarker writes a transaction marker at broker's leader
+	// replica of a partition (Kafka's WriteTxnMarkers), committed when it
+	// returns.
+	WriteTxnMarker(ctx context.Context, broker int32, topic string, partition int32, m TxnMarker) error
 }
 
 // NodeOptions make a Broker a node of a cluster of processes (Options.Node).
@@ -439,7 +443,7 @@ func (b *Broker) openNetReplica(st replica.PartitionState) (*partition.Partition
 		return nil, replica.Config{}, err
 	}
 	lo := b.logOptions(cfg)
-	if st.Topic == OffsetsTopic {
+	if internalTopic(st.Topic) {
 		lo.IndexMaxBytes = offsetsTopicIndexBytes
 	}
 	b.rmu.Lock()
@@ -878,6 +882,10 @@ func (nc *netCluster) leader(ctx context.Context, topic string, n int32) (*repli
 // as this node starts or stops leading it: a group's coordinator is the
 // leader of its offsets partition.
 func (nc *netCluster) roleChanged(topic string, p int32, leading bool, epoch int32) {
+	if topic == TransactionStateTopic {
+		nc.txnRoleChanged(p, leading, epoch)
+		return
+	}
 	if topic != OffsetsTopic {
 		return
 	}

@@ -321,14 +321,38 @@ func (b *Broker) loadOffsets() error {
 
 // loadOffsetsPartition reads one offsets partition's commits below end
 // into the coordinator: the latest record per key wins, a tombstone
-// removes.
+// removes. A transaction's commits (TxnOffsetCommit: a transactional
+// batch) count only once its COMMIT marker follows, and only where no
+// later record of the same key came first; an ABORT drops them; those of
+// transactions still open are restored pending.
 func (b *Broker) loadOffsetsPartition(p *partition.Partition, end int64) error {
 	type key struct {
 		groupID string
 		tp      group.TopicPartition
 	}
-	latest := map[key]*group.OffsetAndMetadata{}
-	if err := readPartitionTo(p, end, func(r *record.Record) error {
+	latest := map[key]*group.Positioned{} // nil: deleted
+	pending := map[int64]map[key]group.Positioned{}
+	apply := func(k key, o *group.Positioned) {
+		if cur, ok := latest[k]; ok && cur != nil && o != nil && cur.Position > o.Position {
+			return
+		}
+		latest[k] = o
+	}
+	if err := readBatchesTo(p, end, func(batch record.Batch, r *record.Record) error {
+		if batch.IsControl() {
+			m, err := record.ParseControlRecord(r.Key, r.Value)
+			if err != nil {
+				b.logger.Warn("skipping a malformed marker in the offsets topic", "partition", p.ID(), "offset", r.Offset, "err", err)
+				return nil
+			}
+			for k, o := range pending[batch.ProducerID()] {
+				if m.Type == record.ControlCommit {
+					apply(k, &o)
+				}
+			}
+			delete(pending, batch.ProducerID())
+			return nil
+		}
 		g, tp, ok, err := decodeOffsetKey(r.Key)
 		if err != nil || !ok {
 			if err != nil {
@@ -337,32 +361,59 @@ func (b *Broker) loadOffsetsPartition(p *partition.Partition, end int64) error {
 			return nil
 		}
 		k := key{g, tp}
-		if r.Value == nil {
-			latest[k] = nil
+		var o *group.Positioned
+		if r.Value != nil {
+			v, err := decodeOffsetValue(r.Value)
+			if err != nil {
+				b.logger.Warn("skipping a malformed offsets record", "partition", p.ID(), "offset", r.Offset, "err", err)
+				return nil
+			}
+			o = &group.Positioned{OffsetAndMetadata: v, Position: r.Offset}
+		}
+		if batch.IsTransactional() {
+			if o == nil {
+				return nil // a transaction does not delete offsets
+			}
+			pid := batch.ProducerID()
+			if pending[pid] == nil {
+				pending[pid] = map[key]group.Positioned{}
+			}
+			pending[pid][k] = *o
 			return nil
 		}
-		o, err := decodeOffsetValue(r.Value)
-		if err != nil {
-			b.logger.Warn("skipping a malformed offsets record", "partition", p.ID(), "offset", r.Offset, "err", err)
-			return nil
-		}
-		latest[k] = &o
+		latest[k] = o
 		return nil
 	}); err != nil {
 		return fmt.Errorf("spool: load committed offsets from %s-%d: %w", OffsetsTopic, p.ID(), err)
 	}
-	byGroup := map[string]map[group.TopicPartition]group.OffsetAndMetadata{}
+	committed := map[string]map[group.TopicPartition]group.Positioned{}
+	open := map[string]map[int64]map[group.TopicPartition]group.Positioned{}
 	for k, o := range latest {
 		if o == nil {
 			continue
 		}
-		if byGroup[k.groupID] == nil {
-			byGroup[k.groupID] = map[group.TopicPartition]group.OffsetAndMetadata{}
+		if committed[k.groupID] == nil {
+			committed[k.groupID] = map[group.TopicPartition]group.Positioned{}
 		}
-		byGroup[k.groupID][k.tp] = *o
+		committed[k.groupID][k.tp] = *o
 	}
-	for g, offsets := range byGroup {
-		b.coord.LoadOffsets(g, offsets)
+	for pid, offs := range pending {
+		for k, o := range offs {
+			if open[k.groupID] == nil {
+				open[k.groupID] = map[int64]map[group.TopicPartition]group.Positioned{}
+			}
+			if open[k.groupID][pid] == nil {
+				open[k.groupID][pid] = map[group.TopicPartition]group.Positioned{}
+			}
+			open[k.groupID][pid][k.tp] = o
+		}
+	}
+	for g, offs := range committed {
+		b.coord.Restore(g, offs, open[g])
+		delete(open, g)
+	}
+	for g, txns := range open {
+		b.coord.Restore(g, nil, txns)
 	}
 	return nil
 }
@@ -375,6 +426,12 @@ func readPartition(p *partition.Partition, fn func(*record.Record) error) error 
 
 // readPartitionTo is readPartition up to end.
 func readPartitionTo(p *partition.Partition, end int64, fn func(*record.Record) error) error {
+	return readBatchesTo(p, end, func(_ record.Batch, r *record.Record) error { return fn(r) })
+}
+
+// readBatchesTo is readPartitionTo that also hands over each record's
+// batch (control batches included).
+func readBatchesTo(p *partition.Partition, end int64, fn func(record.Batch, *record.Record) error) error {
 	var it record.Iterator
 	var buf []byte
 	off := p.StartOffset()
@@ -395,7 +452,7 @@ func readPartitionTo(p *partition.Partition, end int64, fn func(*record.Record) 
 			out = out[n:]
 			for it.Reset(batch); it.Next(); {
 				if r := it.Record(); r.Offset >= off {
-					if err := fn(r); err != nil {
+					if err := fn(batch, r); err != nil {
 						return err
 					}
 				}

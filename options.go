@@ -92,6 +92,13 @@ type Options struct {
 	// fixed when it is first created (offsets.topic.num.partitions).
 	// Default 50.
 	OffsetsTopicPartitions int32
+	// TransactionStatePartitions is the partition count of
+	// __transaction_state, fixed when it is first created
+	// (transaction.state.log.num.partitions). Default 50.
+	TransactionStatePartitions int32
+	// TransactionMaxTimeout caps the transaction timeout a transactional
+	// producer may ask for (transaction.max.timeout.ms). Default 15 min.
+	TransactionMaxTimeout time.Duration
 	// OffsetsRetention is how long a group's committed offsets outlive its
 	// last member (offsets.retention.minutes). Default 7 days; negative:
 	// forever.
@@ -145,6 +152,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.OffsetsTopicPartitions < 0 || o.CleanerBufferBytes < 0 {
 		return o, fmt.Errorf("%w: OffsetsTopicPartitions %d, CleanerBufferBytes %d", ErrInvalidConfig, o.OffsetsTopicPartitions, o.CleanerBufferBytes)
+	}
+	if o.TransactionStatePartitions == 0 {
+		o.TransactionStatePartitions = DefaultTransactionStatePartitions
+	}
+	if o.TransactionStatePartitions < 0 || o.TransactionMaxTimeout < 0 {
+		return o, fmt.Errorf("%w: TransactionStatePartitions %d, TransactionMaxTimeout %v", ErrInvalidConfig, o.TransactionStatePartitions, o.TransactionMaxTimeout)
 	}
 	if o.OffsetsRetention == 0 {
 		o.OffsetsRetention = 7 * 24 * time.Hour

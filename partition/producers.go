@@ -371,6 +371,16 @@ func (e *producerEntry) add(epoch int16, pb producerBatch, seen int64) {
 // check decides what to do with a batch of this producer: append it (nil
 // error), answer it as a duplicate of a remembered batch, or refuse it.
 func (e *producerEntry) check(epoch int16, first, last int32) (dup *producerBatch, err error) {
+	if first < 0 {
+		// No sequence: a transactional batch a transaction coordinator
+		// wrote (TxnOffsetCommit), as Kafka's appends from the
+		// coordinator: only the epoch is checked, and it is never a
+		// duplicate.
+		if (len(e.batches) > 0 || e.marked) && epoch < e.epoch {
+			return nil, fmt.Errorf("%w: epoch %d, latest %d", ErrInvalidProducerEpoch, epoch, e.epoch)
+		}
+		return nil, nil
+	}
 	if len(e.batches) == 0 {
 		if e.marked && epoch < e.epoch {
 			return nil, fmt.Errorf("%w: epoch %d, latest %d", ErrInvalidProducerEpoch, epoch, e.epoch)

@@ -151,7 +151,7 @@ func namedTwice(parts []producePart) bool {
 // its answer.
 func (c *conn) producePartition(req *request, pp producePart) {
 	out := pp.out
-	if pp.topic == spool.OffsetsTopic {
+	if pp.topic == spool.OffsetsTopic || pp.topic == spool.TransactionStateTopic {
 		setProduceError(req.version, out, errInvalidTopicException, "cannot produce to an internal topic")
 		return
 	}
@@ -277,16 +277,6 @@ func parseProduceBatch(version int16, recs []byte) (record.Batch, int16, string)
 		return record.Batch{}, errInvalidRecord, "clients may not write control batches"
 	case b.ProducerID() >= 0 && b.BaseSequence() < 0:
 		return record.Batch{}, errInvalidRecord, "record batch with a producer id but no sequence"
-	case b.IsTransactional():
-		// The only thing between a client's transactional batch and the
-		// log: the partitions (partition.AppendProduced) take
-		// transactional batches and markers, track open transactions,
-		// the LSO and the aborted-transaction index. What is missing is
-		// the transaction coordinator (package txn): until a leader can
-		// ask it that the partition is in the producer's transaction
-		// (KIP-890 part 1), a transactional batch is refused here. Replace
-		// this case with that check.
-		return record.Batch{}, errInvalidTxnState, "transactions are not supported"
 	case b.Compression() == record.ZSTD && version < 7:
 		return record.Batch{}, errUnsupportedCompressionType, "zstd needs produce v7 or later"
 	}
@@ -327,6 +317,11 @@ func (c *conn) produceRecords(req *request, pp producePart) (record.Batch, bool)
 		b, code, msg = upConvert(pp.in.Records)
 	} else {
 		b, code, msg = parseProduceBatch(req.version, pp.in.Records)
+	}
+	if code == errNone && b.IsTransactional() {
+		// KIP-890 part 1: the partition must be in the producer's
+		// transaction (txn.go).
+		code, msg = c.verifyTxnBatch(req, pp.topic, pp.out.Partition, b.ProducerID(), b.ProducerEpoch())
 	}
 	if code != errNone {
 		setProduceError(req.version, pp.out, code, msg)

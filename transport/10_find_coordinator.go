@@ -7,8 +7,9 @@ import (
 
 // FindCoordinator v0-v6. A standalone node coordinates every group; in a
 // cluster a group's coordinator is the leader of its __consumer_offsets
-// partition (created when the first group asks). There are no
-// transactions, hence no transaction coordinator, and no share groups.
+// partition (created when the first group asks), a transactional id's the
+// leader of its __transaction_state partition (likewise). There are no
+// share groups.
 //
 //   - v1 adds the key type (0 group, 1 transaction) and an error message.
 //   - v3 is the first flexible version.
@@ -54,7 +55,30 @@ func findCoordinator(c *conn, req *request, body *kmsg.FindCoordinatorRequest) (
 			}
 			co.ErrorCode, msg = errCoordinatorNotAvailable, err.Error()
 		case body.CoordinatorType == coordinatorTransaction:
-			co.ErrorCode, msg = errCoordinatorNotAvailable, "transactions are not supported"
+			if key == "" {
+				co.ErrorCode, msg = errInvalidRequest, "empty transactional id"
+				break
+			}
+			// The leader of the id's __transaction_state partition,
+			// created first if need be; standalone, this node.
+			id, err := c.s.b.TransactionCoordinator(c.ctx, key)
+			if _, clustered := c.s.b.Cluster(); err == nil && !clustered {
+				co.NodeID, co.Host, co.Port = c.s.opts.NodeID, host, port
+				return co
+			}
+			if err == nil {
+				brokers, _ := c.s.brokers()
+				err = spool.ErrCoordinatorNotAvailable
+				for _, b := range brokers {
+					if b.NodeID == id {
+						co.NodeID, co.Host, co.Port, err = id, b.Host, b.Port, nil
+					}
+				}
+			}
+			if err == nil {
+				return co
+			}
+			co.ErrorCode, msg = errCoordinatorNotAvailable, err.Error()
 		case body.CoordinatorType == coordinatorShare && req.version >= 6:
 			// Kafka answers so when share groups are not enabled.
 			co.ErrorCode, msg = errCoordinatorNotAvailable, "share groups are not supported"

@@ -12,21 +12,21 @@ import (
 // only allow newer error codes (PRODUCER_FENCED, TRANSACTION_ABORTABLE)
 // that a server without transactions never sends.
 //
-// Transactions are not implemented: a request with a transactional id gets
-// TRANSACTIONAL_ID_AUTHORIZATION_FAILED - a non-retriable error that every
-// client reports at once as "not authorized to use this transactional id",
-// where COORDINATOR_NOT_AVAILABLE would make it retry until its timeout.
-// An empty transactional id is INVALID_REQUEST, as in Kafka.
+// A request with a transactional id goes to the transaction coordinator
+// (txn.go): it bumps the id's epoch, fencing older instances, and aborts a
+// transaction the previous instance left open. An empty transactional id
+// is INVALID_REQUEST, as in Kafka.
 func init() { register(kmsg.InitProducerID, 0, 5, initProducerID) }
 
 func initProducerID(c *conn, req *request, body *kmsg.InitProducerIDRequest) (kmsg.Response, error) {
 	resp := body.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerEpoch = -1
 	if tid := body.TransactionalID; tid != nil {
-		resp.ErrorCode = errTransactionalIDAuthorizationFailed
 		if *tid == "" {
 			resp.ErrorCode = errInvalidRequest
+			return resp, nil
 		}
+		initTransactional(c, req, body, resp)
 		return resp, nil
 	}
 	// Before v3 the two fields are not on the wire and keep their default,

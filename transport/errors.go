@@ -102,6 +102,7 @@ const (
 	errProducerFenced               int16 = 90
 	errTransactionalIDNotFound      int16 = 105
 	errTransactionAbortable         int16 = 120
+	errInvalidRegularExpression     int16 = 128
 )
 
 // errorCode maps an error from spool's layers to the Kafka error code a

@@ -13,6 +13,7 @@ import (
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/controller"
 	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/replica"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -413,6 +414,10 @@ func codeError(code int16, msg *string) error {
 		base = &controller.NotControllerError{Leader: -1}
 	case errNotLeaderOrFollower:
 		base = replica.ErrNotLeader
+	case errInvalidProducerEpoch:
+		base = partition.ErrInvalidProducerEpoch
+	case errTransactionCoordinatorFenced:
+		base = partition.ErrTransactionCoordinatorFenced
 	case errLeaderNotAvailable:
 		base = replica.ErrLeaderNotAvailable
 	case errFencedLeaderEpoch:
@@ -595,4 +600,30 @@ func (r *remote) Fetch(ctx context.Context, broker int32, topic string, partitio
 		out.Batches = fp.RecordBatches[:len(fp.RecordBatches)-len(rest)]
 	}
 	return out, nil
+}
+
+// WriteTxnMarker implements spool.Remote: Kafka's WriteTxnMarkers to the
+// partition's leader, one marker for one partition.
+func (r *remote) WriteTxnMarker(ctx context.Context, broker int32, topic string, partition int32, m spool.TxnMarker) error {
+	addr, err := r.brokerAddr(broker)
+	if err != nil {
+		return err
+	}
+	kr := kmsg.NewPtrWriteTxnMarkersRequest()
+	kr.Version = 1
+	km := kmsg.NewWriteTxnMarkersRequestMarker()
+	km.ProducerID, km.ProducerEpoch, km.Committed, km.CoordinatorEpoch = m.ProducerID, m.ProducerEpoch, m.Commit, m.CoordinatorEpoch
+	kt := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+	kt.Topic, kt.Partitions = topic, []int32{partition}
+	km.Topics = append(km.Topics, kt)
+	kr.Markers = append(kr.Markers, km)
+	resp, err := r.peers.request(ctx, addr, kr)
+	if err != nil {
+		return err
+	}
+	wr := resp.(*kmsg.WriteTxnMarkersResponse)
+	if len(wr.Markers) != 1 || len(wr.Markers[0].Topics) != 1 || len(wr.Markers[0].Topics[0].Partitions) != 1 {
+		return fmt.Errorf("%w: write txn markers response of another shape", errUnexpectedResponse)
+	}
+	return codeError(wr.Markers[0].Topics[0].Partitions[0].ErrorCode, nil)
 }
