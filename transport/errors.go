@@ -97,12 +97,12 @@ const (
 	errUnsupportedEndpointType            int16 = 115 // KIP-919
 
 	// Transactions (KIP-98, KIP-447, KIP-588, KIP-664, KIP-890).
-	errOperationNotAttempted        int16 = 55
-	errUnstableOffsetCommit         int16 = 88
-	errProducerFenced               int16 = 90
-	errTransactionalIDNotFound      int16 = 105
-	errTransactionAbortable         int16 = 120
-	errInvalidRegularExpression     int16 = 128
+	errOperationNotAttempted    int16 = 55
+	errUnstableOffsetCommit     int16 = 88
+	errProducerFenced           int16 = 90
+	errTransactionalIDNotFound  int16 = 105
+	errTransactionAbortable     int16 = 120
+	errInvalidRegularExpression int16 = 128
 )
 
 // errorCode maps an error from spool's layers to the Kafka error code a

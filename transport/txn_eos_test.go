@@ -173,4 +173,3 @@ func (w *testLogWriter) Write(p []byte) (int, error) {
 	w.t.Logf("%s%s", w.prefix, p)
 	return len(p), nil
 }
-
