@@ -249,7 +249,7 @@ func (s clusterStore) appendCommitted(ctx context.Context, topic, groupID string
 	}
 	// A transactional batch goes through the producer state (Idempotent),
 	// which counts it in the producer's open transaction.
-	_, err = rs.Append(ctx, batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: true, Idempotent: txn != nil, Timeout: 10 * time.Second})
+	_, err = rs.Append(ctx, batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: txn == nil, Idempotent: txn != nil, Timeout: 10 * time.Second})
 	return err
 }
 

@@ -281,7 +281,7 @@ func (s clusterStore) writeMarker(ctx context.Context, topic string, n int32, ba
 	if err != nil {
 		return false, err
 	}
-	_, err = rs.Append(ctx, batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: true, Idempotent: true, Timeout: 10 * time.Second})
+	_, err = rs.Append(ctx, batch, replica.AppendOptions{Acks: replica.AcksAll, Idempotent: true, Timeout: 10 * time.Second})
 	return err == nil, err
 }
 

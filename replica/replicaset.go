@@ -49,7 +49,10 @@ type AppendOptions struct {
 	// producer id (partition.Partition.AppendProduced): a retry of one of
 	// the producer's last batches is not written again, and its original
 	// base offset is returned. A new leader rebuilds the producers' state
-	// from its log, so retries are recognised across leader changes.
+	// from its log, so retries are recognised across leader changes. It
+	// takes precedence over Trusted: transaction markers and a
+	// coordinator's transactional batches are encoded here yet must reach
+	// the producer state.
 	Idempotent bool
 }
 
@@ -215,10 +218,13 @@ func (r *ReplicaSet) WriteBatches(batches []record.Batch, opts AppendOptions) (A
 		var base int64
 		var err error
 		switch {
+		case opts.Idempotent:
+			// First: a batch with a producer id must go through the
+			// producer state (its sequences, its transaction), trusted
+			// or not.
+			base, _, err = r.part.AppendProduced(b)
 		case opts.Trusted:
 			base, last, err = r.part.AppendTrustedNoWait(b)
-		case opts.Idempotent:
-			base, _, err = r.part.AppendProduced(b)
 		default:
 			base, err = r.part.AppendBatch(b)
 		}
@@ -233,7 +239,7 @@ func (r *ReplicaSet) WriteBatches(batches []record.Batch, opts AppendOptions) (A
 	if len(res.Bases) == 0 {
 		return res, pd
 	}
-	if opts.Trusted && opts.Acks != AcksNone {
+	if opts.Trusted && !opts.Idempotent && opts.Acks != AcksNone {
 		if err := r.part.WaitDurable(last); err != nil {
 			res.AckErr = err
 			return res, pd

@@ -721,3 +721,63 @@ func topicErr(resp *kmsg.MetadataResponse) int16 {
 	}
 	return resp.Topics[0].ErrorCode
 }
+
+// TestClusterTransactions: a transaction over partitions led by three
+// different nodes commits or aborts as a whole - the coordinator writes
+// its markers to the other nodes' leaders over WriteTxnMarkers - and a
+// transaction survives its coordinator's node stopping in the middle: the
+// state partition's new leader loads it and the commit goes through there.
+func TestClusterTransactions(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.tune = func(cfg *NodeConfig) { cfg.Broker.TransactionStatePartitions = 3 }
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...))
+	require.NoError(t, err)
+	defer cl.Close()
+	c.createTopic(ctx, cl, "t", 3, 3, nil)
+	leaders := map[int32]bool{}
+	for _, p := range c.metadata(ctx, cl, "t").Partitions {
+		leaders[p.Leader] = true
+	}
+	require.Len(t, leaders, 3, "the partitions have three different leaders")
+
+	p, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...), kgo.TransactionalID("cluster-tx"), kgo.DefaultProduceTopic("t"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(20*time.Second))
+	require.NoError(t, err)
+	defer p.Close()
+	send := func(prefix string) {
+		for part := range int32(3) {
+			v := fmt.Sprintf("%s-%d", prefix, part)
+			require.NoError(t, p.ProduceSync(ctx, &kgo.Record{Partition: part, Value: []byte(v)}).FirstErr())
+		}
+	}
+	require.NoError(t, p.BeginTransaction())
+	send("committed")
+	require.NoError(t, p.EndTransaction(ctx, kgo.TryCommit))
+	require.NoError(t, p.BeginTransaction())
+	send("aborted")
+	require.NoError(t, p.EndTransaction(ctx, kgo.TryAbort))
+
+	// The coordinator's node stops while a transaction is open.
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.CoordinatorType, fc.CoordinatorKey = 1, "cluster-tx"
+	fr, err := fc.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	require.Zero(t, fr.ErrorCode)
+	require.NoError(t, p.BeginTransaction())
+	send("failover")
+	c.stop(fr.NodeID)
+	require.NoError(t, p.EndTransaction(ctx, kgo.TryCommit))
+
+	want := []string{"committed-0", "committed-1", "committed-2", "failover-0", "failover-1", "failover-2"}
+	seeds := c.seeds()
+	var got []string
+	require.Eventually(t, func() bool {
+		got = readAll(t, strings.Join(seeds, ","), "t", true, len(want))
+		return len(got) >= len(want)
+	}, 30*time.Second, 100*time.Millisecond, "read_committed sees the committed transactions: %v", &got)
+	require.ElementsMatch(t, want, got)
+	require.Len(t, readAll(t, strings.Join(seeds, ","), "t", false, 9), 9, "read_uncommitted sees the aborted records too")
+}

@@ -465,6 +465,7 @@ func (c *Coordinator) sendMarkers(p *statePart, id string, e *entry) {
 					c.mu.Unlock()
 					return
 				default:
+					log.Debug("txn: marker not written yet, retrying", "topic_partition", todo[i].String(), "err", err)
 					left = append(left, todo[i])
 				}
 			}
