@@ -218,9 +218,10 @@ func TestGroupFindCoordinator(t *testing.T) {
 		}
 		req.CoordinatorType = coordinatorTransaction
 		resp = groupDo[*kmsg.FindCoordinatorResponse](t, c, v, req)
-		require.Equal(t, errCoordinatorNotAvailable, resp.ErrorCode, "v%d", v)
-		require.Equal(t, int32(-1), resp.NodeID)
-		require.NotNil(t, resp.ErrorMessage)
+		require.Equal(t, errNone, resp.ErrorCode, "v%d: a standalone broker coordinates every transactional id", v)
+		require.Equal(t, int32(7), resp.NodeID)
+		require.Equal(t, host, resp.Host)
+		require.Equal(t, port, resp.Port)
 		req.CoordinatorType = 9
 		resp = groupDo[*kmsg.FindCoordinatorResponse](t, c, v, req)
 		require.Equal(t, errInvalidRequest, resp.ErrorCode, "v%d", v)
@@ -241,7 +242,8 @@ func TestGroupFindCoordinator(t *testing.T) {
 		req.CoordinatorType = coordinatorTransaction
 		resp = groupDo[*kmsg.FindCoordinatorResponse](t, c, v, req)
 		for _, co := range resp.Coordinators {
-			require.Equal(t, errCoordinatorNotAvailable, co.ErrorCode, "v%d", v)
+			require.Equal(t, errNone, co.ErrorCode, "v%d", v)
+			require.Equal(t, int32(7), co.NodeID)
 		}
 		// Share groups: a known key type from v6 (but no share
 		// coordinator), an invalid one before.

@@ -224,7 +224,7 @@ func TestNegativeUnservedAPIs(t *testing.T) {
 	_, _, addr := testServer(t, negBrokerOptions, Options{})
 	negAlive(t, addr)
 	leaks := negGoroutines(t)
-	_, served := handlers[kmsg.AddPartitionsToTxn.Int16()]
+	_, served := handlers[kmsg.CreateDelegationToken.Int16()]
 	require.False(t, served, "pick an API the server does not serve")
 	cases := []struct {
 		key, version int16
@@ -232,7 +232,7 @@ func TestNegativeUnservedAPIs(t *testing.T) {
 		{999, 0},
 		{-1, 0},
 		{math.MaxInt16, 0},
-		{kmsg.AddPartitionsToTxn.Int16(), 0},
+		{kmsg.CreateDelegationToken.Int16(), 0},
 		{kmsg.ConsumerGroupHeartbeat.Int16(), 0},
 		{kmsg.Produce.Int16(), 2},      // message format v1: not advertised
 		{kmsg.Produce.Int16(), -1},     // a negative version

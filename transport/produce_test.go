@@ -510,7 +510,7 @@ func TestProduceErrors(t *testing.T) {
 		{"bad magic", 3, "t", 0, badMagic, errCorruptMessage},
 		{"bad length", 5, "t", 0, append([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, make([]byte, 20)...), errCorruptMessage},
 		{"control batch", 8, "t", 0, controlBytes, errInvalidRecord},
-		{"transactional", 8, "t", 0, txn.Bytes(), errInvalidTxnState},
+		{"transactional without a transactional id", 8, "t", 0, txn.Bytes(), errTransactionalIDAuthorizationFailed},
 		{"producer id without sequence", 8, "t", 0, noSeq, errInvalidRecord},
 		{"count and deltas disagree", 8, "t", 0, countMismatch, errInvalidRecord},
 		{"zstd before v7", 6, "t", 0, prodBatch(t, -1, 0, 0, 1, record.ZSTD), errUnsupportedCompressionType},
@@ -636,14 +636,16 @@ func TestInitProducerID(t *testing.T) {
 	require.Equal(t, errInvalidRequest, r.ErrorCode)
 	require.Equal(t, int64(-1), r.ProducerID)
 
-	// Transactions are not served.
+	// A transactional id goes to its coordinator, which owns it only once
+	// a FindCoordinator has created and loaded __transaction_state
+	// (clients always ask first); an empty one is refused.
 	for v, tid := range map[int16]string{0: "txn", 2: "txn", 5: ""} {
 		req := kmsg.NewPtrInitProducerIDRequest()
 		req.SetVersion(v)
 		req.TransactionalID = &tid
 		req.TransactionTimeoutMillis = 60000
 		r := prodCall[*kmsg.InitProducerIDResponse](t, c, 3, req)
-		want := errTransactionalIDAuthorizationFailed
+		want := errNotCoordinator
 		if tid == "" {
 			want = errInvalidRequest
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/record"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -170,3 +171,96 @@ func TestTransactionsTimeoutAbort(t *testing.T) {
 }
 
 var _ = strconv.Itoa
+
+// Bad input around transactions, each refused with Kafka's code and
+// nothing appended: a transactional batch for a partition the producer did
+// not add to its transaction (KIP-890 part 1), one from a producer id the
+// coordinator never gave out, a transactional batch whose sequence leaves
+// a gap, a marker from an older coordinator epoch and one from an older
+// producer epoch (WriteTxnMarkers).
+func TestTransactionsBadInput(t *testing.T) {
+	b, _, addr := testServer(t, txnBrokerOptions, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, b.CreateTopic(ctx, "t", spool.TopicConfig{Partitions: 2}))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	require.NoError(t, err)
+	defer cl.Close()
+
+	// A producer with a transaction on t-0 only.
+	p, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID("bad"), kgo.DefaultProduceTopic("t"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer p.Close()
+	require.NoError(t, p.BeginTransaction())
+	require.NoError(t, p.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte("ok")}).FirstErr())
+	dreq := kmsg.NewPtrDescribeTransactionsRequest()
+	dreq.TransactionalIDs = []string{"bad"}
+	dresp, err := dreq.RequestWith(ctx, cl)
+	require.NoError(t, err)
+	pid, epoch := dresp.TransactionStates[0].ProducerID, dresp.TransactionStates[0].ProducerEpoch
+
+	end := func(n int32) int64 {
+		part, err := b.Partition("t", n)
+		require.NoError(t, err)
+		return part.EndOffset()
+	}
+	raw := prodDial(t, addr)
+	produce := func(version int16, n int32, pid int64, epoch int16, seq int32) int16 {
+		bt, err := record.NewBatch([]record.Record{{Value: []byte("x")}},
+			record.BatchOptions{Producer: &record.ProducerInfo{ID: pid, Epoch: epoch, BaseSequence: seq}, Transactional: true})
+		require.NoError(t, err)
+		req := kmsg.NewPtrProduceRequest()
+		req.SetVersion(version)
+		id := "bad"
+		req.TransactionID, req.Acks, req.TimeoutMillis = &id, -1, 5000
+		rt := kmsg.NewProduceRequestTopic()
+		rt.Topic = "t"
+		rp := kmsg.NewProduceRequestTopicPartition()
+		rp.Partition, rp.Records = n, bt.Bytes()
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp := prodCall[*kmsg.ProduceResponse](t, raw, 1, req)
+		return resp.Topics[0].Partitions[0].ErrorCode
+	}
+	before0, before1 := end(0), end(1)
+	require.Equal(t, errInvalidTxnState, produce(10, 1, pid, epoch, 0), "t-1 is not in the transaction (Produce v10)")
+	require.Equal(t, errTransactionAbortable, produce(11, 1, pid, epoch, 0), "t-1 is not in the transaction (Produce v11)")
+	require.Equal(t, errInvalidTxnState, produce(9, 0, pid+1000, 0, 0), "a producer id of another transactional id")
+	require.Equal(t, errOutOfOrderSequenceNumber, produce(9, 0, pid, epoch, 5), "a gap in the transaction's sequences")
+	require.Equal(t, before1, end(1), "nothing appended to t-1")
+	require.Equal(t, before0, end(0), "nothing appended to t-0")
+
+	// Markers from the past: an older coordinator epoch, an older
+	// producer epoch.
+	marker := func(pe int16, ce int32) int16 {
+		req := kmsg.NewPtrWriteTxnMarkersRequest()
+		m := kmsg.NewWriteTxnMarkersRequestMarker()
+		m.ProducerID, m.ProducerEpoch, m.Committed, m.CoordinatorEpoch = pid, pe, true, ce
+		mt := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+		mt.Topic, mt.Partitions = "t", []int32{0}
+		m.Topics = append(m.Topics, mt)
+		req.Markers = append(req.Markers, m)
+		resp, err := req.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		return resp.Markers[0].Topics[0].Partitions[0].ErrorCode
+	}
+	require.NoError(t, p.EndTransaction(ctx, kgo.TryCommit)) // markers at coordinator epoch 0
+	require.Eventually(t, func() bool {
+		part, _ := b.Partition("t", 0)
+		return part.LastStableOffset() == part.EndOffset()
+	}, 10*time.Second, 10*time.Millisecond)
+	// A second instance: epoch+1, a transaction open on t-0.
+	p.Close()
+	p2, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.TransactionalID("bad"), kgo.DefaultProduceTopic("t"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	require.NoError(t, err)
+	defer p2.Close()
+	require.NoError(t, p2.BeginTransaction())
+	require.NoError(t, p2.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte("next")}).FirstErr())
+	ended := end(0)
+	require.Equal(t, errInvalidProducerEpoch, marker(epoch, 0), "an older producer epoch")
+	require.Equal(t, errTransactionCoordinatorFenced, marker(epoch+1, -1), "an older coordinator epoch")
+	require.Equal(t, ended, end(0), "no marker appended")
+	require.NoError(t, p2.EndTransaction(ctx, kgo.TryAbort))
+}
