@@ -99,6 +99,11 @@ func (r *remoteLeader) AppendBatches(ctx context.Context, batches []record.Batch
 	for _, b := range batches {
 		base, err := r.nc.opts.Remote.Produce(ctx, r.broker, r.topic, r.part, b, ProduceOptions{Acks: acks, Timeout: opts.Timeout})
 		if err != nil {
+			if errors.Is(err, replica.ErrUnknownPartition) {
+				// This node routed the batch there from its metadata: the
+				// leader has not applied the topic's creation yet.
+				err = fmt.Errorf("%w: the leader does not know the partition yet: %w", replica.ErrLeaderNotAvailable, err)
+			}
 			res.Err = fmt.Errorf("%s-%d at broker %d: %w", r.topic, r.part, r.broker, err)
 			break
 		}

@@ -210,7 +210,11 @@ func (m txnMarkers) WriteMarkers(ctx context.Context, pid int64, epoch int16, co
 		err := m.b.WriteTxnMarker(ctx, tp.Topic, tp.Partition, TxnMarker{ProducerID: pid, ProducerEpoch: epoch, Commit: commit, CoordinatorEpoch: coordinatorEpoch})
 		switch {
 		case err == nil:
-		case errors.Is(err, ErrUnknownTopic), errors.Is(err, ErrUnknownPartition), errors.Is(err, replica.ErrUnknownPartition):
+		case (errors.Is(err, ErrUnknownTopic) || errors.Is(err, ErrUnknownPartition) || errors.Is(err, replica.ErrUnknownPartition)) &&
+			m.b.partitionCount(tp.Topic) <= tp.Partition:
+			// Gone here too (deleted): the coordinator gives the
+			// partition up. A leader that has not yet learned of a
+			// partition this node knows is asked again.
 			err = fmt.Errorf("%w: %w", txn.ErrUnknownTopicOrPartition, err)
 		case errors.Is(err, partition.ErrTransactionCoordinatorFenced):
 			err = fmt.Errorf("%w: %w", txn.ErrCoordinatorFenced, err)

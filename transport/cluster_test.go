@@ -737,11 +737,13 @@ func TestClusterTransactions(t *testing.T) {
 	require.NoError(t, err)
 	defer cl.Close()
 	c.createTopic(ctx, cl, "t", 3, 3, nil)
-	leaders := map[int32]bool{}
-	for _, p := range c.metadata(ctx, cl, "t").Partitions {
-		leaders[p.Leader] = true
-	}
-	require.Len(t, leaders, 3, "the partitions have three different leaders")
+	require.Eventually(t, func() bool {
+		leaders := map[int32]bool{}
+		for _, p := range c.metadata(ctx, cl, "t").Partitions {
+			leaders[p.Leader] = true
+		}
+		return len(leaders) == 3
+	}, 20*time.Second, 50*time.Millisecond, "the partitions have three different leaders")
 
 	p, err := kgo.NewClient(kgo.SeedBrokers(c.seeds()...), kgo.TransactionalID("cluster-tx"), kgo.DefaultProduceTopic("t"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(20*time.Second))
