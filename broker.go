@@ -334,6 +334,26 @@ func (b *Broker) Partition(topicName string, n int32) (*partition.Partition, err
 	return b.route(topicName).partition(topicName, n)
 }
 
+// CheckPartition reports whether partition n of a topic exists: nil, or
+// an error wrapping ErrUnknownTopic or ErrUnknownPartition. In a cluster it
+// asks the cluster's metadata, not this broker's replicas (Partition): a
+// group coordinator takes offsets for every partition of the cluster, most
+// of which it holds no replica of once the cluster has more brokers than
+// the topic has replicas. An offline partition exists.
+func (b *Broker) CheckPartition(topicName string, n int32) error {
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	count := b.partitionCount(topicName)
+	switch {
+	case count < 0:
+		return fmt.Errorf("%w: %q", ErrUnknownTopic, topicName)
+	case n < 0 || n >= count:
+		return fmt.Errorf("%w: %s-%d (the topic has %d)", ErrUnknownPartition, topicName, n, count)
+	}
+	return nil
+}
+
 func (s soloStore) partition(topicName string, n int32) (*partition.Partition, error) {
 	t, err := s.b.topic(context.Background(), topicName, false)
 	if err != nil {

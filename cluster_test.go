@@ -250,6 +250,39 @@ func TestClusterRefusals(t *testing.T) {
 	require.ErrorIs(t, err, ErrDeliveryTimeout)
 }
 
+// TestCheckPartition: CheckPartition answers from the topic's partition
+// count - the cluster's, on a cluster node - not from the replicas this
+// broker holds, which Partition returns: a group coordinator takes offsets
+// for partitions stored on other brokers.
+func TestCheckPartition(t *testing.T) {
+	ctx := context.Background()
+	b := openBroker(t, t.TempDir(), Options{})
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{Partitions: 2}))
+	require.NoError(t, b.CheckPartition("t", 0))
+	require.NoError(t, b.CheckPartition("t", 1))
+	require.ErrorIs(t, b.CheckPartition("t", 2), ErrUnknownPartition)
+	require.ErrorIs(t, b.CheckPartition("t", -1), ErrUnknownPartition)
+	require.ErrorIs(t, b.CheckPartition("nosuch", 0), ErrUnknownTopic)
+	require.NoError(t, b.Close())
+	require.ErrorIs(t, b.CheckPartition("t", 0), ErrClosed)
+
+	_, bs, _ := threeNodes(t, log.None)
+	require.NoError(t, bs[0].CreateTopic(ctx, "one", TopicConfig{Partitions: 3, ReplicationFactor: 1}))
+	elsewhere := 0
+	for _, nb := range bs {
+		for n := range int32(3) {
+			if _, err := nb.Partition("one", n); err != nil {
+				require.ErrorIs(t, err, ErrUnknownPartition)
+				elsewhere++
+			}
+			require.NoError(t, nb.CheckPartition("one", n), "broker %d, partition %d", nb.opts.NodeID, n)
+		}
+		require.ErrorIs(t, nb.CheckPartition("one", 3), ErrUnknownPartition)
+		require.ErrorIs(t, nb.CheckPartition("nosuch", 0), ErrUnknownTopic)
+	}
+	require.Positive(t, elsewhere, "some broker holds no replica of some partition")
+}
+
 func produceSync(p *Producer, r Record) (RecordMetadata, error) {
 	type res struct {
 		md  RecordMetadata

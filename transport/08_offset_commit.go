@@ -64,7 +64,7 @@ func offsetCommit(c *conn, req *request, body *kmsg.OffsetCommitRequest) (kmsg.R
 			rp := kmsg.NewOffsetCommitResponseTopicPartition()
 			rp.Partition, rp.ErrorCode = p.Partition, topicCode
 			if rp.ErrorCode == errNone {
-				if _, err := b.Partition(name, p.Partition); err != nil {
+				if err := b.CheckPartition(name, p.Partition); err != nil {
 					rp.ErrorCode = errorCode(err)
 				}
 			}

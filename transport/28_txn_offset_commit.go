@@ -53,7 +53,7 @@ func txnOffsetCommit(c *conn, req *request, body *kmsg.TxnOffsetCommitRequest) (
 		for _, p := range t.Partitions {
 			rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
 			rp.Partition = p.Partition
-			if _, err := b.Partition(t.Topic, p.Partition); err != nil {
+			if err := b.CheckPartition(t.Topic, p.Partition); err != nil {
 				rp.ErrorCode = errorCode(err)
 			} else {
 				tp := group.TopicPartition{Topic: t.Topic, Partition: p.Partition}

@@ -29,7 +29,7 @@ func offsetDelete(c *conn, req *request, body *kmsg.OffsetDeleteRequest) (kmsg.R
 		for _, p := range t.Partitions {
 			rp := kmsg.NewOffsetDeleteResponseTopicPartition()
 			rp.Partition = p.Partition
-			if _, err := b.Partition(t.Topic, p.Partition); err != nil {
+			if err := b.CheckPartition(t.Topic, p.Partition); err != nil {
 				rp.ErrorCode = errorCode(err)
 			} else {
 				tp := group.TopicPartition{Topic: t.Topic, Partition: p.Partition}
