@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -241,4 +242,135 @@ func saramaReadValues(t *testing.T, ctx context.Context, s *server, cfg *sarama.
 			t.Fatalf("consume %s: %d of %d records: %v", topic, len(got), n, ctx.Err())
 		}
 	}
+}
+
+// saramaEOSHandler is a consume-transform-produce member of a sarama
+// consumer group: one transaction per input record, holding its transform
+// and the group's next offset committed with the member's generation and
+// member id (TxnOffsetCommit v3, KIP-447). At input record staleAt it
+// first tries a transaction whose offsets carry the next generation
+// instead, which the group coordinator must refuse; the error goes to
+// stale and the transaction is aborted.
+type saramaEOSHandler struct {
+	t          *testing.T
+	p          sarama.SyncProducer
+	group, out string
+	staleAt    string
+	staleTried bool
+	stale      chan error // buffered: the stale commit's error
+	processed  atomic.Int32
+}
+
+func (h *saramaEOSHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
+func (h *saramaEOSHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+func (h *saramaEOSHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for m := range claim.Messages() {
+		meta := sarama.NewConsumerGroupMetadataFromSession(sess, h.group, nil)
+		if string(m.Value) == h.staleAt && !h.staleTried {
+			h.staleTried = true
+			stale := *meta
+			stale.GenerationID++
+			err := h.transact(m, "stale-", &stale)
+			h.stale <- err
+			if err == nil {
+				return nil
+			}
+			if err := h.p.AbortTxn(); err != nil {
+				h.t.Errorf("abort after a stale generation's commit failed: %v", err)
+				return err
+			}
+		}
+		if err := h.transact(m, "out-", meta); err != nil {
+			h.t.Errorf("transaction for %s: %v", m.Value, err)
+			return err
+		}
+		h.processed.Add(1)
+	}
+	return nil
+}
+
+// transact writes the transform of m and its group offset in one
+// transaction and commits it.
+func (h *saramaEOSHandler) transact(m *sarama.ConsumerMessage, prefix string, meta *sarama.ConsumerGroupMetadata) error {
+	if err := h.p.BeginTxn(); err != nil {
+		return err
+	}
+	if _, _, err := h.p.SendMessage(&sarama.ProducerMessage{Topic: h.out, Value: sarama.StringEncoder(prefix + string(m.Value))}); err != nil {
+		return err
+	}
+	if err := h.p.AddMessageToTxnWithGroupMetadata(m, meta, nil); err != nil {
+		return err
+	}
+	return h.p.CommitTxn()
+}
+
+// TestSaramaTransactionalGroupMember: consume-transform-produce by a
+// member of a sarama consumer group (read_committed, no auto-commit),
+// committing its offsets inside each transaction with its generation and
+// member id. A commit carrying a generation the group is not at gets
+// ILLEGAL_GENERATION (KIP-447 fencing of a stale member) and the
+// transaction is aborted; the output read read_committed holds every
+// input record's transform exactly once and nothing of the refused
+// attempt, and the group's committed offset is the input's end.
+func TestSaramaTransactionalGroupMember(t *testing.T) {
+	s := startServer(t)
+	ctx := testContext(t, 90*time.Second)
+	const in, out, group = "sarama-eos-group-in", "sarama-eos-group-out", "sarama-eos-group"
+	saramaCreate(t, s, saramaConfig("sarama-admin"), in, 1)
+	saramaCreate(t, s, saramaConfig("sarama-admin"), out, 1)
+	const n = 20
+	input := make([]*sarama.ProducerMessage, n)
+	want := make([]string, n)
+	for i := range input {
+		input[i] = &sarama.ProducerMessage{Topic: in, Value: sarama.StringEncoder(fmt.Sprintf("in-%d", i))}
+		want[i] = fmt.Sprintf("out-in-%d", i)
+	}
+	saramaSyncProduce(t, s, saramaConfig("sarama-input"), newLedger(), input)
+
+	p, err := sarama.NewSyncProducer([]string{s.Addr}, saramaTxnConfig("sarama-eos-group-producer", "sarama-eos-group", sarama.V2_8_0_0))
+	require.NoError(t, err)
+	defer p.Close()
+	cfg := saramaConfig("sarama-eos-group-member")
+	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	cfg.Consumer.Offsets.AutoCommit.Enable = false
+	cfg.Consumer.Group.Heartbeat.Interval = 300 * time.Millisecond
+	cg, err := sarama.NewConsumerGroup([]string{s.Addr}, group, cfg)
+	require.NoError(t, err)
+	h := &saramaEOSHandler{t: t, p: p, group: group, out: out, staleAt: "in-7", stale: make(chan error, 1)}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for cctx.Err() == nil {
+			if err := cg.Consume(cctx, []string{in}, h); err != nil {
+				t.Errorf("consume: %v", err)
+				return
+			}
+		}
+	}()
+	err = waitFor(ctx, "every input record processed", func() bool { return h.processed.Load() >= n })
+	cancel()
+	<-done
+	require.NoError(t, cg.Close())
+	require.NoError(t, err, "processed %d of %d", h.processed.Load(), n)
+	select {
+	case err := <-h.stale:
+		require.ErrorIs(t, err, sarama.ErrIllegalGeneration)
+	default:
+		t.Fatal("the stale commit was not tried")
+	}
+
+	rc := saramaConfig("sarama-eos-group-read")
+	rc.Consumer.IsolationLevel = sarama.ReadCommitted
+	require.Equal(t, want, saramaReadValues(t, ctx, s, rc, out, n))
+	adm, err := sarama.NewClusterAdmin([]string{s.Addr}, saramaConfig("sarama-admin"))
+	require.NoError(t, err)
+	defer adm.Close()
+	var got int64
+	require.NoError(t, waitFor(ctx, "the group's offset at the end", func() bool {
+		offs, err := adm.ListConsumerGroupOffsets(group, map[string][]int32{in: {0}})
+		require.NoError(t, err)
+		got = offs.GetBlock(in, 0).Offset
+		return got == n
+	}), "committed %d", got)
 }
