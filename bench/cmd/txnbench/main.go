@@ -51,7 +51,7 @@ type config struct {
 
 func main() {
 	var cfg config
-	flag.IntVar(&cfg.records, "records", 300_000, "records produced per mode and run")
+	flag.IntVar(&cfg.records, "records", 1_000_000, "records produced per mode and run")
 	flag.IntVar(&cfg.runs, "runs", 5, "runs; the tables show the median")
 	flag.IntVar(&cfg.size, "size", 100, "record value size in bytes (at least 16)")
 	flag.IntVar(&cfg.partitions, "partitions", 6, "partitions of each topic")
