@@ -236,10 +236,11 @@ func Produce(ctx context.Context, t *Target, topic string, n, size int, acks Ack
 // a new client (no group) and returns the time from creating the client to
 // the last record. Records must have been produced by Produce after one
 // warm-up record: it checks each partition's values are Produce's, in
-// order, of size bytes.
-func Consume(ctx context.Context, t *Target, topic string, n, size int) (time.Duration, error) {
+// order, of size bytes. opts are further client options (an isolation
+// level, say).
+func Consume(ctx context.Context, t *Target, topic string, n, size int, opts ...kgo.Opt) (time.Duration, error) {
 	start := time.Now()
-	cl, err := t.client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := t.client(append([]kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, opts...)...)
 	if err != nil {
 		return 0, err
 	}

@@ -2,7 +2,9 @@
 // offset and group calls around it), a producer with acks=-1 and an
 // idempotent producer, and a consumer group; every produced record must
 // be consumed exactly once and in order per partition, and the group's
-// committed offsets must end at the end offsets. Then, on a server that
+// committed offsets must end at the end offsets. Transactions: commits and
+// an abort, with group offsets sent inside them, read back with
+// readUncommitted false (read_committed) and true. Then, on a server that
 // requires SASL, the same with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, and
 // a wrong password refused.
 //
@@ -188,10 +190,135 @@ async function main () {
   check(!(await admin.listTopics()).includes(topic), 'deleted topic still listed')
   await admin.disconnect()
 
+  await transactions(addr)
+
   await stopServer()
   await sasl()
 
-  console.log(`kafkajs: ok: ${count} records produced (acks=-1 and idempotent), consumed once each in a group; admin createTopics, listTopics, fetchTopicMetadata, fetchTopicOffsets, fetchOffsets, listGroups, describeGroups, deleteGroups, deleteTopics; SASL PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (admin, produce, group consume) and a wrong password refused`)
+  console.log(`kafkajs: ok: ${count} records produced (acks=-1 and idempotent), consumed once each in a group; admin createTopics, listTopics, fetchTopicMetadata, fetchTopicOffsets, fetchOffsets, listGroups, describeGroups, deleteGroups, deleteTopics; transactions (commit, abort, sendOffsets) read committed and uncommitted; SASL PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (admin, produce, group consume) and a wrong password refused`)
+}
+
+// transactions: a transactional producer commits a transaction, aborts
+// one and commits another, each also committing the offsets of a consumer
+// group (sendOffsets: AddOffsetsToTxn and TxnOffsetCommit inside the
+// transaction). A consumer with readUncommitted: false (kafkajs's
+// default, read_committed) gets exactly the committed records at their
+// acknowledged offsets; one with readUncommitted: true gets every record.
+// The group's committed offsets are the committed transactions'; the
+// aborted transaction's offsets never become visible.
+async function transactions (addr) {
+  const kafka = new Kafka({
+    clientId: 'kafkajs-txn',
+    brokers: [addr],
+    logLevel: logLevel.WARN,
+    retry: { retries: 5, initialRetryTime: 100 }
+  })
+  const topic = 'kafkajs-txn'
+  const partitions = 2
+  const offsetsGroup = 'kafkajs-txn-offsets'
+  const admin = kafka.admin()
+  await admin.connect()
+  check(await admin.createTopics({ topics: [{ topic, numPartitions: partitions }], waitForLeaders: true }), 'createTopics', topic)
+
+  const committed = new Map() // partition -> Map(offset -> value)
+  const all = new Map()
+  for (let p = 0; p < partitions; p++) {
+    committed.set(p, new Map())
+    all.set(p, new Map())
+  }
+  // A transaction that begins while the previous one's markers are being
+  // written gets CONCURRENT_TRANSACTIONS on AddPartitionsToTxn, as from
+  // Kafka, and retries; kafkajs logs each such retry as an error, so the
+  // producer's client is silent (a failure still throws).
+  const producer = new Kafka({ clientId: 'kafkajs-txn', brokers: [addr], logLevel: logLevel.NOTHING }).producer({
+    transactionalId: 'kafkajs-txn',
+    idempotent: true,
+    maxInFlightRequests: 1,
+    retry: { retries: Number.MAX_SAFE_INTEGER, initialRetryTime: 100, maxRetryTime: 1000 }
+  })
+  await producer.connect()
+  // txn sends one batch of perPartition records to each partition and
+  // commits offsets for the group, then commits or aborts.
+  async function txn (prefix, perPartition, offsets, commit) {
+    const t = await producer.transaction()
+    const messages = []
+    for (let i = 0; i < perPartition * partitions; i++) {
+      messages.push({ partition: i % partitions, value: `${prefix}-${i}` })
+    }
+    const meta = await t.send({ topic, acks: -1, messages })
+    const base = new Map(meta.map(m => [m.partition, BigInt(m.baseOffset)]))
+    const index = new Map()
+    for (const m of messages) {
+      check(base.has(m.partition), 'no produce result for partition', m.partition, JSON.stringify(meta))
+      const k = index.get(m.partition) || 0n
+      index.set(m.partition, k + 1n)
+      const off = (base.get(m.partition) + k).toString()
+      all.get(m.partition).set(off, m.value)
+      if (commit) committed.get(m.partition).set(off, m.value)
+    }
+    await t.sendOffsets({ consumerGroupId: offsetsGroup, topics: [{ topic, partitions: offsets }] })
+    if (commit) {
+      await t.commit()
+    } else {
+      await t.abort()
+    }
+  }
+  // fetchOffsets does not ask for stable offsets: the commit's markers,
+  // which make its offsets visible, may still be in flight when EndTxn
+  // returns.
+  async function waitOffsets (want) {
+    let got
+    const end = Date.now() + 30000
+    for (;;) {
+      const res = await admin.fetchOffsets({ groupId: offsetsGroup, topics: [topic] })
+      got = res[0].partitions.map(p => [p.partition, p.offset]).sort((a, b) => a[0] - b[0])
+      if (JSON.stringify(got) === JSON.stringify(want)) return
+      check(Date.now() < end, `group offsets ${JSON.stringify(got)}, want ${JSON.stringify(want)}`)
+      await sleep(50)
+    }
+  }
+  await txn('commit1', 20, [{ partition: 0, offset: '3' }], true)
+  await waitOffsets([[0, '3'], [1, '-1']])
+  await txn('abort', 15, [{ partition: 0, offset: '7' }], false)
+  // The next transaction cannot begin until the abort's markers are
+  // written, so once its offset for partition 1 is visible, the aborted
+  // offset for partition 0 would be too.
+  await txn('commit2', 10, [{ partition: 1, offset: '4' }], true)
+  await waitOffsets([[0, '3'], [1, '4']])
+  await producer.disconnect()
+
+  async function consume (readUncommitted, want) {
+    const count = [...want.values()].reduce((n, m) => n + m.size, 0)
+    const got = new Map()
+    for (let p = 0; p < partitions; p++) got.set(p, [])
+    let total = 0
+    const consumer = kafka.consumer({ groupId: `kafkajs-txn-read-${readUncommitted}`, readUncommitted, sessionTimeout: 10000, heartbeatInterval: 500, maxWaitTimeInMs: 200 })
+    await consumer.connect()
+    await consumer.subscribe({ topic, fromBeginning: true })
+    await consumer.run({
+      eachMessage: async ({ partition, message }) => {
+        got.get(partition).push([message.offset, message.value.toString()])
+        total++
+      }
+    })
+    await waitFor(`readUncommitted ${readUncommitted}: ${count} records (have ${total})`, () => total >= count)
+    await sleep(1000) // anything extra shows up now
+    await consumer.disconnect()
+    for (let p = 0; p < partitions; p++) {
+      const w = [...want.get(p).entries()].sort((a, b) => Number(BigInt(a[0]) - BigInt(b[0])))
+      const g = got.get(p)
+      check(g.length === w.length, `readUncommitted ${readUncommitted}: partition ${p}: ${w.length} records expected, ${g.length} consumed: ${JSON.stringify(g)}`)
+      for (let i = 0; i < w.length; i++) {
+        check(g[i][0] === w[i][0] && g[i][1] === w[i][1],
+          `readUncommitted ${readUncommitted}: partition ${p}: record ${i} is offset ${g[i][0]} ${g[i][1]}, want offset ${w[i][0]} ${w[i][1]}`)
+      }
+    }
+    return count
+  }
+  const nc = await consume(false, committed)
+  const na = await consume(true, all)
+  await admin.disconnect()
+  console.log(`kafkajs: transactions ok: ${nc} committed records read with readUncommitted: false, ${na} with readUncommitted: true; the group offsets of the committed transactions only`)
 }
 
 // sasl: with each mechanism create a topic, produce to it and consume it
