@@ -228,3 +228,45 @@ func TestLinkProxies(t *testing.T) {
 	require.NoError(t, c.WaitBrokers(ctx))
 	require.NoError(t, c.WaitInSync(ctx, topic))
 }
+
+// TestFullDiskVoterSurvivesElection: a voter whose disk is full goes on
+// taking part in elections. Before the stable store kept space in reserve,
+// hashicorp/raft panicked in such a node as soon as it had to record the
+// new term of an election (its quorum-state file replaced whole, which a
+// full disk refused): the node died (found by the randomized run, seed 102).
+func TestFullDiskVoterSurvivesElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skips a three-process test")
+	}
+	if err := clustertest.DiskSupported(); err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	c := clustertest.Start(t, clustertest.Options{DiskBytes: 64 << 20})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ctl, err := c.Controller(ctx)
+	require.NoError(t, err)
+	var full int32
+	for _, n := range c.Nodes() {
+		if n.ID() != ctl {
+			full = n.ID()
+			break
+		}
+	}
+	require.NoError(t, c.Node(full).FillDisk())
+	require.NoError(t, c.Node(ctl).Kill())
+	// A new controller among the other two: a new term, which the full
+	// node records.
+	require.NoError(t, clustertest.Eventually(ctx, "a new controller", func(ctx context.Context) error {
+		id, err := c.Controller(ctx)
+		if err == nil && id == ctl {
+			err = fmt.Errorf("still %d", id)
+		}
+		return err
+	}))
+	time.Sleep(2 * time.Second)
+	require.NoError(t, c.CheckExits(), "the node with the full disk is alive")
+	require.NoError(t, c.Node(full).FreeDisk())
+	require.NoError(t, c.Node(ctl).Start(ctx))
+	require.NoError(t, c.WaitBrokers(ctx))
+}

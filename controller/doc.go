@@ -43,6 +43,7 @@
 //	                                  term in each batch's partitionLeaderEpoch; `spool dump` reads it
 //	  __cluster_metadata-snapshots/   snapshots of the Image (JSON), hashicorp/raft's FileSnapshotStore
 //	    quorum-state                  Raft's current term and vote (StableStore), with a CRC
+//	    quorum-state.reserve          64 KiB kept free for quorum-state on a full disk
 //
 // # The wire
 //

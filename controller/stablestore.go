@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/hashicorp/raft"
 	"github.com/spoolmq/spool/internal/vfs"
@@ -24,6 +25,13 @@ import (
 // rather than read the term and vote as zero, which could let the node vote
 // twice in one term.
 var ErrBadStableStore = fmt.Errorf("controller: raft stable store is damaged: %w", record.ErrCorrupt)
+
+// ReserveSuffix names the file a StableStore keeps space in reserve with
+// (the store's path and this suffix), and ReserveBytes is its size.
+const (
+	ReserveSuffix = ".reserve"
+	ReserveBytes  = 64 << 10
+)
 
 // QuorumStateFile is the conventional name of the stable store's file, in
 // the Raft log's directory, as KRaft keeps its quorum-state in
@@ -54,6 +62,15 @@ const stableMagic = "spool-raft-stable 1"
 // where the node's other state is (QuorumStateFile in the Raft log's
 // directory); if it is there, open the LogStore first: its recovery removes
 // temporary files, as a crash leaves them.
+//
+// A Set needs a little free space for the new file. hashicorp/raft cannot
+// run on when it cannot record a new term (it panics), so the store keeps
+// that space in reserve: a file of ReserveBytes beside its own
+// (path+ReserveSuffix), allocated after each Set while there is room. A
+// Set that finds the disk full (ENOSPC) removes the reserve and writes
+// again; the old file is intact until the new one is renamed over it, so
+// the retry is safe. A voter whose disk fills up thus goes on voting and
+// following terms rather than dying at the next election.
 //
 // A Set that fails leaves the file's contents uncertain: the store then
 // refuses every call until it is reopened. A StableStore is safe for
@@ -153,12 +170,71 @@ func (s *StableStore) set(key []byte, v stableValue) error {
 	}
 	vals := maps.Clone(s.vals)
 	vals[string(key)] = v
-	if err := vfs.WriteFileAtomic(s.fs, s.path, encodeStable(vals)); err != nil {
+	data := encodeStable(vals)
+	err := vfs.WriteFileAtomic(s.fs, s.path, data)
+	for errors.Is(err, syscall.ENOSPC) && s.spendReserve() {
+		// The disk is full: spend some of the reserve. The failed write
+		// never reached the rename, so the file still holds the old
+		// value.
+		err = vfs.WriteFileAtomic(s.fs, s.path, data)
+	}
+	if err != nil {
 		s.broken = fmt.Errorf("controller: raft stable store %s: a write failed, the file may hold the old or the new value; reopen: %w", s.path, err)
 		return s.broken
 	}
 	s.vals = vals
+	s.refillReserve()
 	return nil
+}
+
+// reserveStep is what one Set on a full disk frees of the reserve: room
+// for the new file (a few hundred bytes) on any file system's blocks.
+const reserveStep = 8 << 10
+
+// spendReserve frees reserveStep of the reserve (the file shrinks; the
+// last step removes it) and reports whether it freed anything.
+func (s *StableStore) spendReserve() bool {
+	p := s.path + ReserveSuffix
+	st, err := s.fs.Stat(p)
+	if err != nil {
+		return false
+	}
+	if st.Size() <= reserveStep {
+		return s.fs.Remove(p) == nil
+	}
+	f, err := s.fs.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return f.Truncate(st.Size()-reserveStep) == nil
+}
+
+// refillReserve grows the reserve file back to ReserveBytes if it is
+// short and there is room; it gives up quietly otherwise (the next Set
+// tries again).
+func (s *StableStore) refillReserve() {
+	p := s.path + ReserveSuffix
+	st, err := s.fs.Stat(p)
+	if err == nil && st.Size() >= ReserveBytes {
+		return
+	}
+	f, err := s.fs.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	err = f.Allocate(0, ReserveBytes)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && st == nil {
+		// A reserve just created and left partial: its size would be
+		// taken for real room.
+		_ = s.fs.Remove(p)
+	}
 }
 
 func encodeStable(vals map[string]stableValue) []byte {

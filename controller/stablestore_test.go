@@ -117,3 +117,44 @@ func TestStableStoreFailedSet(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, []uint64{1, 2}, u)
 }
+
+// A full disk does not stop the store: a Set that meets ENOSPC spends some
+// of the reserve kept beside the file and writes again, so that Raft can
+// record a new term (hashicorp/raft panics when it cannot). Without a
+// reserve the Set fails as before.
+func TestStableStoreFullDisk(t *testing.T) {
+	path := filepath.Join(t.TempDir(), QuorumStateFile)
+	var sw vfs.Switch
+	s, err := openStableStore(vfs.NewFaultFS(vfs.Default, sw.Inject), path)
+	require.NoError(t, err)
+	require.NoError(t, s.SetUint64([]byte("CurrentTerm"), 1))
+	st, err := os.Stat(path + ReserveSuffix)
+	require.NoError(t, err, "a Set leaves a reserve")
+	require.EqualValues(t, ReserveBytes, st.Size())
+
+	tmp := func(p string) bool { return strings.HasSuffix(p, ".tmp") }
+	sw.FailAfter(vfs.OpWrite, tmp, 0, vfs.ErrNoSpace, 2)
+	sw.FailAfter(vfs.OpAllocate, nil, 0, vfs.ErrNoSpace, -1) // the disk stays full: no refill
+	require.NoError(t, s.SetUint64([]byte("CurrentTerm"), 2), "the reserve makes room")
+	st, err = os.Stat(path + ReserveSuffix)
+	require.NoError(t, err)
+	require.EqualValues(t, ReserveBytes-2*reserveStep, st.Size(), "two steps spent")
+	u, err := mustOpenStable(t, path).GetUint64([]byte("CurrentTerm"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), u)
+
+	sw.Reset()
+	require.NoError(t, s.SetUint64([]byte("CurrentTerm"), 3))
+	st, err = os.Stat(path + ReserveSuffix)
+	require.NoError(t, err)
+	require.EqualValues(t, ReserveBytes, st.Size(), "refilled once there is room")
+
+	// No reserve left: the Set fails and the store refuses until reopened.
+	require.NoError(t, os.Remove(path+ReserveSuffix))
+	sw.FailAfter(vfs.OpWrite, tmp, 0, vfs.ErrNoSpace, -1)
+	sw.FailAfter(vfs.OpAllocate, nil, 0, vfs.ErrNoSpace, -1)
+	require.ErrorIs(t, s.SetUint64([]byte("CurrentTerm"), 4), vfs.ErrNoSpace)
+	u, err = mustOpenStable(t, path).GetUint64([]byte("CurrentTerm"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), u, "the failed Set changed nothing")
+}
