@@ -275,12 +275,21 @@ func (st *producerState) firstUnstable(hw int64) int64 {
 // loaded it is the log start offset: nothing is claimed stable that may
 // not be.
 func (p *Partition) LastStableOffset() int64 {
+	lso, _ := p.StableOffset()
+	return lso
+}
+
+// StableOffset is LastStableOffset and, when the producer state cannot be
+// loaded (a damaged log), why: a read_committed reader must be told of
+// the damage, not left waiting at the log start for a stable offset that
+// never moves.
+func (p *Partition) StableOffset() (int64, error) {
 	hw := p.HighWatermark()
 	st, err := p.producerState()
 	if err != nil {
-		return min(hw, p.StartOffset())
+		return min(hw, p.StartOffset()), err
 	}
-	return min(hw, st.firstUnstable(hw))
+	return min(hw, st.firstUnstable(hw)), nil
 }
 
 // AbortedTxn is an aborted transaction as a read_committed reader needs

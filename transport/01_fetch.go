@@ -412,7 +412,14 @@ func readParts(body *kmsg.FetchRequest, version int16, parts []fetchPart) (int64
 		// response lists the aborted ones so that the client drops
 		// their batches. read_uncommitted reads to the high watermark.
 		// Both are told the LSO, as Kafka does.
-		lso := p.LastStableOffset()
+		lso, lerr := p.StableOffset()
+		if lerr != nil && body.IsolationLevel == 1 {
+			// The transactions cannot be known (a damaged batch): say so
+			// rather than answer an empty partition forever.
+			fp.err, fp.hw, fp.lso, fp.logStart = fetchErrorCode(lerr), -1, -1, -1
+			now = true
+			continue
+		}
 		fp.hw, fp.lso, fp.logStart = hw, lso, start
 		readTo := hw
 		if body.IsolationLevel == 1 {

@@ -115,7 +115,11 @@ func offsetFor(p *partition.Partition, ts int64, consumer, readCommitted bool) (
 	lastFetchable := p.EndOffset()
 	switch {
 	case consumer && readCommitted:
-		lastFetchable = p.LastStableOffset()
+		lso, err := p.StableOffset()
+		if err != nil {
+			return -1, -1, -1, err // a damaged log: its transactions cannot be known
+		}
+		lastFetchable = lso
 	case consumer:
 		lastFetchable = p.HighWatermark()
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/segment"
 	"github.com/stretchr/testify/require"
@@ -202,4 +203,46 @@ func TestFetchDamagedBatchStopsFranzGo(t *testing.T) {
 			break
 		}
 	}
+}
+
+// A log damaged while the broker was down: its producer state cannot be
+// replayed, so its transactions - and its last stable offset - cannot be
+// known. A read_committed fetch (librdkafka's default, so kcat's) gets
+// CORRUPT_MESSAGE rather than an empty partition at the log start that
+// never moves; read_uncommitted still gets the batches before the damage.
+func TestFetchReadCommittedOnADamagedLog(t *testing.T) {
+	dir := t.TempDir()
+	b, _, stop := startProduceServer(t, dir, fetchOpts)
+	const topic = "damaged"
+	fetchCreate(t, b, topic, 1)
+	fetchAppend(t, b, topic, 0, 20, 5, 100)
+	stop()
+	b, err := spool.Open(dir, fetchOpts)
+	require.NoError(t, err)
+	damageBatch(t, b, topic, 0, 52)
+	p, err := b.Partition(topic, 0)
+	require.NoError(t, err)
+	pdir := p.Dir()
+	require.NoError(t, b.Close())
+	// No producer snapshot (as after spool produce --data): the state is
+	// replayed from the log, through the damage.
+	snaps, err := filepath.Glob(filepath.Join(pdir, "*"+partition.SnapshotSuffix))
+	require.NoError(t, err)
+	for _, s := range snaps {
+		require.NoError(t, os.Remove(s))
+	}
+	_, addr, _ := startProduceServer(t, dir, fetchOpts)
+	c := fetchDial(t, addr)
+
+	req := fetchReq(0, 1, 1<<20, topic, map[int32]int64{0: 0}, 1<<20)
+	req.IsolationLevel = 1
+	rp := fetchDo[*kmsg.FetchResponse](t, c, 11, req).Topics[0].Partitions[0]
+	require.Equal(t, errCorruptMessage, rp.ErrorCode, "read_committed")
+	require.Empty(t, rp.RecordBatches)
+
+	req.IsolationLevel = 0
+	rp = fetchDo[*kmsg.FetchResponse](t, c, 11, req).Topics[0].Partitions[0]
+	require.Equal(t, errNone, rp.ErrorCode, "read_uncommitted")
+	batches := batchesOf(t, rp.RecordBatches)
+	require.EqualValues(t, 50, batches[len(batches)-1].NextOffset())
 }
