@@ -54,6 +54,10 @@ type topicStore interface {
 	appendCommitted(ctx context.Context, topic, groupID string, recs []record.Record, txn *record.ProducerInfo) error
 	prepareGroups(ctx context.Context) error
 	produceBatch(ctx context.Context, topic string, n int32, batch record.Batch, opts ProduceOptions) (int64, error)
+	// appendState writes a transaction coordinator's records to partition
+	// n of an internal topic this broker leads at leaderEpoch, durable or
+	// committed when it returns.
+	appendState(ctx context.Context, topic string, n, leaderEpoch int32, recs []record.Record) error
 	// writeMarker writes a transaction marker batch at the partition's
 	// leader; local reports whether that was this broker.
 	writeMarker(ctx context.Context, topic string, n int32, batch record.Batch, m TxnMarker) (local bool, err error)

@@ -168,25 +168,33 @@ type txnStateStore struct{ b *Broker }
 // committed by the in-sync replicas (cluster) when it returns, written only
 // while this broker leads the partition at the coordinator epoch.
 func (s txnStateStore) Append(ctx context.Context, n, coordinatorEpoch int32, recs []record.Record) error {
-	b := s.b
-	if b.nc == nil {
-		t := b.snapshot()[TransactionStateTopic]
-		if t == nil {
-			return fmt.Errorf("%w: %s does not exist", txn.ErrNotCoordinator, TransactionStateTopic)
-		}
-		p, err := t.partition(n)
-		if err != nil {
-			return err
-		}
-		_, err = p.Append(recs...)
+	return s.b.route(TransactionStateTopic).appendState(ctx, TransactionStateTopic, n, coordinatorEpoch, recs)
+}
+
+// appendState appends a coordinator's records to partition n of the
+// broker's own internal topic.
+func (s soloStore) appendState(ctx context.Context, topic string, n, leaderEpoch int32, recs []record.Record) error {
+	t := s.b.snapshot()[topic]
+	if t == nil {
+		return fmt.Errorf("%w: %s does not exist", txn.ErrNotCoordinator, topic)
+	}
+	p, err := t.partition(n)
+	if err != nil {
 		return err
 	}
-	rs, err := b.cl.leader(ctx, TransactionStateTopic, n)
+	_, err = p.Append(recs...)
+	return err
+}
+
+// appendState appends a coordinator's records at the partition's leader,
+// this broker at leaderEpoch, and waits until they are committed.
+func (s clusterStore) appendState(ctx context.Context, topic string, n, leaderEpoch int32, recs []record.Record) error {
+	rs, err := s.b.cl.leader(ctx, topic, n)
 	if err != nil {
 		return fmt.Errorf("%w: %w", txn.ErrNotCoordinator, err)
 	}
-	if e := rs.Partition().LeaderEpoch(); e != coordinatorEpoch {
-		return fmt.Errorf("%w: %s-%d is at leader epoch %d, loaded at %d", txn.ErrNotCoordinator, TransactionStateTopic, n, e, coordinatorEpoch)
+	if e := rs.Partition().LeaderEpoch(); e != leaderEpoch {
+		return fmt.Errorf("%w: %s-%d is at leader epoch %d, loaded at %d", txn.ErrNotCoordinator, topic, n, e, leaderEpoch)
 	}
 	batch, err := record.NewBatch(recs, record.BatchOptions{})
 	if err != nil {

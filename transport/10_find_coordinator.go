@@ -33,14 +33,13 @@ func findCoordinator(c *conn, req *request, body *kmsg.FindCoordinatorRequest) (
 		co.Key = key
 		co.NodeID, co.Port = -1, -1
 		var msg string
-		switch {
-		case body.CoordinatorType == coordinatorGroup:
-			if _, clustered := c.s.b.Cluster(); !clustered {
+		// at answers with the coordinator the broker named: standalone,
+		// this node; in a cluster, that broker's endpoint.
+		at := func(id int32, err error) bool {
+			if _, clustered := c.s.b.Cluster(); err == nil && !clustered {
 				co.NodeID, co.Host, co.Port = c.s.opts.NodeID, host, port
-				return co
+				return true
 			}
-			// In a cluster: the leader of the group's offsets partition.
-			id, err := c.s.b.GroupCoordinator(c.ctx, key)
 			if err == nil {
 				brokers, _ := c.s.brokers()
 				err = spool.ErrCoordinatorNotAvailable
@@ -50,35 +49,27 @@ func findCoordinator(c *conn, req *request, body *kmsg.FindCoordinatorRequest) (
 					}
 				}
 			}
-			if err == nil {
+			if err != nil {
+				co.ErrorCode, msg = errCoordinatorNotAvailable, err.Error()
+			}
+			return err == nil
+		}
+		switch {
+		case body.CoordinatorType == coordinatorGroup:
+			// The leader of the group's offsets partition.
+			if at(c.s.b.GroupCoordinator(c.ctx, key)) {
 				return co
 			}
-			co.ErrorCode, msg = errCoordinatorNotAvailable, err.Error()
 		case body.CoordinatorType == coordinatorTransaction:
 			if key == "" {
 				co.ErrorCode, msg = errInvalidRequest, "empty transactional id"
 				break
 			}
 			// The leader of the id's __transaction_state partition,
-			// created first if need be; standalone, this node.
-			id, err := c.s.b.TransactionCoordinator(c.ctx, key)
-			if _, clustered := c.s.b.Cluster(); err == nil && !clustered {
-				co.NodeID, co.Host, co.Port = c.s.opts.NodeID, host, port
+			// created first if need be.
+			if at(c.s.b.TransactionCoordinator(c.ctx, key)) {
 				return co
 			}
-			if err == nil {
-				brokers, _ := c.s.brokers()
-				err = spool.ErrCoordinatorNotAvailable
-				for _, b := range brokers {
-					if b.NodeID == id {
-						co.NodeID, co.Host, co.Port, err = id, b.Host, b.Port, nil
-					}
-				}
-			}
-			if err == nil {
-				return co
-			}
-			co.ErrorCode, msg = errCoordinatorNotAvailable, err.Error()
 		case body.CoordinatorType == coordinatorShare && req.version >= 6:
 			// Kafka answers so when share groups are not enabled.
 			co.ErrorCode, msg = errCoordinatorNotAvailable, "share groups are not supported"
