@@ -18,6 +18,7 @@ import (
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/replica"
+	"github.com/spoolmq/spool/txn"
 )
 
 // A networked node is a Broker whose cluster spans processes: it runs a
@@ -930,8 +931,12 @@ func (nc *netCluster) roleChanged(topic string, p int32, leading bool, epoch int
 
 // offsetsPartitions is the partition count of __consumer_offsets (0 while
 // it does not exist).
-func (nc *netCluster) offsetsPartitions() int32 {
-	t, ok := nc.q.Image().Topic(OffsetsTopic)
+func (nc *netCluster) offsetsPartitions() int32 { return nc.partitionsOf(OffsetsTopic) }
+
+// partitionsOf is a topic's partition count in the image (0 while it does
+// not exist).
+func (nc *netCluster) partitionsOf(topic string) int32 {
+	t, ok := nc.q.Image().Topic(topic)
 	if !ok {
 		return 0
 	}
@@ -939,22 +944,29 @@ func (nc *netCluster) offsetsPartitions() int32 {
 }
 
 // coordinator reports which broker coordinates a group - the leader of its
-// offsets partition - creating the offsets topic first if needed, and
-// whether that is this node with the group loaded.
+// offsets partition - creating the offsets topic first if needed.
 func (nc *netCluster) coordinator(ctx context.Context, groupID string) (int32, error) {
-	n := nc.offsetsPartitions()
+	return nc.keyLeader(ctx, OffsetsTopic, groupID, nc.opts.OffsetsReplicationFactor, func(rf int) TopicConfig {
+		return offsetsTopicConfig(nc.b.opts.OffsetsTopicPartitions, rf)
+	})
+}
+
+// keyLeader is the leader of the partition of an internal topic a key (a
+// group id, a transactional id) belongs to - abs(javaHash(key)) % count -
+// creating the topic first, with cfg, if it does not exist yet.
+func (nc *netCluster) keyLeader(ctx context.Context, topic, key string, maxRF int, cfg func(rf int) TopicConfig) (int32, error) {
+	n := nc.partitionsOf(topic)
 	if n == 0 {
-		if err := nc.b.createOffsetsTopic(ctx); err != nil {
+		if err := nc.b.createInternalTopic(ctx, topic, maxRF, cfg); err != nil {
 			return -1, err
 		}
-		n = nc.offsetsPartitions()
-		if n == 0 {
-			return -1, fmt.Errorf("%w: %s is being created", ErrCoordinatorNotAvailable, OffsetsTopic)
+		if n = nc.partitionsOf(topic); n == 0 {
+			return -1, fmt.Errorf("%w: %s is being created", ErrCoordinatorNotAvailable, topic)
 		}
 	}
-	st, _ := nc.q.Image().Partition(OffsetsTopic, offsetsPartitionFor(groupID, n))
+	st, _ := nc.q.Image().Partition(topic, txn.PartitionFor(key, int(n)))
 	if st.Leader < 0 {
-		return -1, fmt.Errorf("%w: %s-%d has no leader", ErrCoordinatorNotAvailable, OffsetsTopic, st.Partition)
+		return -1, fmt.Errorf("%w: %s-%d has no leader", ErrCoordinatorNotAvailable, topic, st.Partition)
 	}
 	return st.Leader, nil
 }
@@ -978,15 +990,15 @@ func (nc *netCluster) checkCoordinator(groupID string) error {
 	return nil
 }
 
-// createOffsetsTopic creates __consumer_offsets in the cluster with
-// OffsetsReplicationFactor replicas (fewer in a smaller cluster: as many as
-// there are voters or registered brokers, whichever is more).
-func (b *Broker) createOffsetsTopic(ctx context.Context) error {
+// createInternalTopic creates an internal topic (__consumer_offsets,
+// __transaction_state) in the cluster with maxRF replicas (fewer in a
+// smaller cluster: as many as there are voters or registered brokers,
+// whichever is more) and the settings cfg gives for that count.
+func (b *Broker) createInternalTopic(ctx context.Context, topic string, maxRF int, cfg func(rf int) TopicConfig) error {
 	nc := b.nc
-	im := nc.q.Image()
-	size := max(len(nc.opts.Voters), len(im.Brokers()))
-	rf := min(nc.opts.OffsetsReplicationFactor, size)
-	err := b.cl.createTopic(ctx, OffsetsTopic, offsetsTopicConfig(b.opts.OffsetsTopicPartitions, rf), b.effective(offsetsTopicConfig(b.opts.OffsetsTopicPartitions, rf)))
+	size := max(len(nc.opts.Voters), len(nc.q.Image().Brokers()))
+	own := cfg(min(maxRF, size))
+	err := b.cl.createTopic(ctx, topic, own, b.effective(own))
 	switch {
 	case errors.Is(err, replica.ErrTopicExists):
 		return nil

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/spoolmq/spool/group"
@@ -13,6 +12,7 @@ import (
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/replica"
+	"github.com/spoolmq/spool/txn"
 )
 
 // Committed offsets live, as in Kafka, in the internal compacted topic
@@ -42,34 +42,10 @@ const (
 
 // offsetsPartitionFor is the offsets-topic partition that holds a group's
 // commits: Kafka's Utils.abs(groupId.hashCode()) % partitions, so a group
-// lands where Kafka would put it.
+// lands where Kafka would put it - the placement of transactional ids
+// too (txn.PartitionFor).
 func offsetsPartitionFor(groupID string, partitions int32) int32 {
-	var h int32
-	for _, c := range utf16Units(groupID) {
-		h = 31*h + int32(c)
-	}
-	if h == math.MinInt32 {
-		return 0 // Utils.abs maps MinValue to 0
-	}
-	if h < 0 {
-		h = -h
-	}
-	return h % partitions
-}
-
-// utf16Units are the UTF-16 code units of s: what Java's String.hashCode
-// iterates over.
-func utf16Units(s string) []uint16 {
-	var out []uint16
-	for _, r := range s {
-		if r >= 0x10000 {
-			r -= 0x10000
-			out = append(out, uint16(0xd800+(r>>10)), uint16(0xdc00+(r&0x3ff)))
-		} else {
-			out = append(out, uint16(r))
-		}
-	}
-	return out
+	return txn.PartitionFor(groupID, int(partitions))
 }
 
 func appendString(b []byte, s string) []byte {

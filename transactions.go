@@ -80,9 +80,7 @@ func (b *Broker) GroupOffsetsPartition(groupID string) int32 {
 // transactionStateConfig is __transaction_state's own settings, Kafka's:
 // compacted, kept forever, rf replicas of which two in sync for a write.
 func transactionStateConfig(partitions int32, rf int) TopicConfig {
-	cfg := offsetsTopicConfig(partitions, rf)
-	cfg.SegmentBytes = offsetsTopicSegmentBytes
-	return cfg
+	return offsetsTopicConfig(partitions, rf) // the same settings as __consumer_offsets
 }
 
 // TransactionCoordinator reports which broker coordinates a transactional
@@ -299,49 +297,11 @@ func (s clusterStore) writeMarker(ctx context.Context, topic string, n int32, ba
 
 // txnCoordinator reports which node coordinates a transactional id in a
 // cluster - the leader of its __transaction_state partition - creating the
-// topic first if needed.
+// topic first (with as many replicas as __consumer_offsets gets) if needed.
 func (nc *netCluster) txnCoordinator(ctx context.Context, transactionalID string) (int32, error) {
-	n := nc.txnStatePartitions()
-	if n == 0 {
-		if err := nc.b.createTxnStateTopic(ctx); err != nil {
-			return -1, err
-		}
-		if n = nc.txnStatePartitions(); n == 0 {
-			return -1, fmt.Errorf("%w: %s is being created", ErrCoordinatorNotAvailable, TransactionStateTopic)
-		}
-	}
-	st, _ := nc.q.Image().Partition(TransactionStateTopic, txn.PartitionFor(transactionalID, int(n)))
-	if st.Leader < 0 {
-		return -1, fmt.Errorf("%w: %s-%d has no leader", ErrCoordinatorNotAvailable, TransactionStateTopic, st.Partition)
-	}
-	return st.Leader, nil
-}
-
-// txnStatePartitions is the partition count of __transaction_state (0
-// while it does not exist).
-func (nc *netCluster) txnStatePartitions() int32 {
-	t, ok := nc.q.Image().Topic(TransactionStateTopic)
-	if !ok {
-		return 0
-	}
-	return int32(len(t.Partitions))
-}
-
-// createTxnStateTopic creates __transaction_state in the cluster, with as
-// many replicas as __consumer_offsets gets.
-func (b *Broker) createTxnStateTopic(ctx context.Context) error {
-	nc := b.nc
-	size := max(len(nc.opts.Voters), len(nc.q.Image().Brokers()))
-	rf := min(nc.opts.OffsetsReplicationFactor, size)
-	cfg := transactionStateConfig(b.opts.TransactionStatePartitions, rf)
-	err := b.cl.createTopic(ctx, TransactionStateTopic, cfg, b.effective(cfg))
-	switch {
-	case errors.Is(err, replica.ErrTopicExists):
-		return nil
-	case errors.Is(err, replica.ErrNotEnoughBrokers):
-		return fmt.Errorf("%w: %v", ErrCoordinatorNotAvailable, err)
-	}
-	return err
+	return nc.keyLeader(ctx, TransactionStateTopic, transactionalID, nc.opts.OffsetsReplicationFactor, func(rf int) TopicConfig {
+		return transactionStateConfig(nc.b.opts.TransactionStatePartitions, rf)
+	})
 }
 
 // txnRoleChanged loads a __transaction_state partition's transactions into
