@@ -384,6 +384,22 @@ func (c *Consumer) Position(topic string, partition int32) (int64, error) {
 	return a.pos, nil
 }
 
+// Positions are the positions of the assigned partitions that have one:
+// the offset after the last record Poll returned from each (or where
+// Seek, the group's committed offset or AutoOffsetReset placed it). They
+// are what SendOffsetsToTransaction commits for consume-transform-produce.
+func (c *Consumer) Positions() map[TopicPartition]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[TopicPartition]int64, len(c.assigned))
+	for _, a := range c.assigned {
+		if a.valid {
+			out[a.tp] = a.pos
+		}
+	}
+	return out
+}
+
 // reset places a partition without a valid position per AutoOffsetReset.
 func (c *Consumer) reset(part readable, a *assignment, cause error) error {
 	switch c.cfg.AutoOffsetReset {

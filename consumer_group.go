@@ -244,7 +244,7 @@ func (c *Consumer) joinOnce(ctx context.Context) (again bool, err error) {
 		if err := c.revoke(ctx, revoked); err != nil {
 			return false, err
 		}
-		if err := c.assign(added); err != nil {
+		if err := c.assign(ctx, added); err != nil {
 			return false, err
 		}
 		return len(revoked) > 0 && c.grp.assignor().Cooperative(), nil
@@ -327,10 +327,19 @@ func (c *Consumer) revoke(ctx context.Context, tps []TopicPartition) error {
 }
 
 // assign takes partitions on: each resumes at the group's committed
-// offset, or where AutoOffsetReset says; then OnAssigned is told.
-func (c *Consumer) assign(tps []TopicPartition) error {
+// offset, or where AutoOffsetReset says; then OnAssigned is told. At
+// ReadCommitted it first waits until no transaction is about to commit
+// offsets for them (Kafka's OffsetFetch with require_stable): resuming
+// from an offset a transaction in flight is moving would process its
+// records twice.
+func (c *Consumer) assign(ctx context.Context, tps []TopicPartition) error {
 	if len(tps) == 0 {
 		return nil
+	}
+	if c.cfg.IsolationLevel == ReadCommitted {
+		if err := c.awaitStableOffsets(ctx, tps); err != nil {
+			return err
+		}
 	}
 	committed, err := c.grp.coord.FetchOffsets(c.cfg.Group, tps)
 	if err != nil && !errors.Is(err, group.ErrGroupIDNotFound) {
@@ -358,6 +367,36 @@ func (c *Consumer) assign(tps []TopicPartition) error {
 		c.cfg.OnAssigned(slices.Clone(tps))
 	}
 	return nil
+}
+
+// awaitStableOffsets waits until the group has no transactional offset
+// commits pending for tps.
+func (c *Consumer) awaitStableOffsets(ctx context.Context, tps []TopicPartition) error {
+	backoff := time.Millisecond
+	for {
+		unstable, err := c.grp.coord.UnstableOffsets(c.cfg.Group, tps)
+		if err != nil && !errors.Is(err, group.ErrGroupIDNotFound) {
+			return c.b.wrapClosed(fmt.Errorf("spool: fetch committed offsets of group %q: %w", c.cfg.Group, err))
+		}
+		if len(unstable) == 0 {
+			return nil
+		}
+		if err := sleepCtx(ctx, backoff); err != nil {
+			return fmt.Errorf("spool: group %q: waiting for the transactions committing offsets of %v: %w", c.cfg.Group, unstable, err)
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+// GroupMetadata is the member's identity in its group at this moment, for
+// Producer.SendOffsetsToTransaction; the zero value without a group.
+func (c *Consumer) GroupMetadata() GroupMetadata {
+	if c.grp == nil {
+		return GroupMetadata{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return GroupMetadata{GroupID: c.cfg.Group, MemberID: c.grp.id, InstanceID: c.grp.instance, Generation: c.grp.gen}
 }
 
 func (c *Consumer) startHeartbeat() {

@@ -87,6 +87,30 @@ type ProducerConfig struct {
 	// Partitioner chooses partitions. Default: the broker's
 	// (Options.Partitioner).
 	Partitioner partition.Partitioner
+
+	// Idempotent makes the producer idempotent (enable.idempotence):
+	// its batches carry a producer id and per-partition sequence numbers,
+	// so that a batch sent again after a leader change is written once,
+	// and the partition refuses one out of order. Each partition then gets
+	// every delivered record exactly once, in order. It needs AcksAll. A
+	// batch that fails for good leaves a gap in its partition's sequence;
+	// the producer then carries on under a new producer id (outside a
+	// transaction) or fails the transaction (inside one).
+	Idempotent bool
+	// TransactionalID makes the producer transactional
+	// (transactional.id; implies Idempotent): records are produced inside
+	// transactions (BeginTransaction, CommitTransaction, AbortTransaction)
+	// that commit or abort as one, together with consumer group offsets
+	// (SendOffsetsToTransaction). NewProducer registers the id with its
+	// transaction coordinator, which fences any earlier producer with the
+	// same id and aborts its open transaction. The coordinator and the
+	// partitions written must be on this broker (a standalone broker, or
+	// partitions and coordinator this cluster node leads).
+	TransactionalID string
+	// TransactionTimeout is how long a transaction may stay open before
+	// the coordinator aborts it (transaction.timeout.ms). Default 60 s; at
+	// most Options.TransactionMaxTimeout.
+	TransactionTimeout time.Duration
 }
 
 // Producer batches records per partition and writes them in the
@@ -112,6 +136,12 @@ type Producer struct {
 	wake chan struct{} // tells the linger loop of an earlier deadline
 	stop chan struct{}
 	done chan struct{}
+
+	// The idempotent producer's identity, guarded by mu: batches are
+	// stamped with it as they are sent.
+	pid   int64
+	epoch int16
+	tx    txnStatus // the transaction, with a TransactionalID
 }
 
 // producerTopic is a producer's state for one topic.
@@ -136,6 +166,14 @@ type accum struct {
 	deadline time.Time            // when open must be written
 	queue    []*batch             // sealed batches, in order
 	sending  bool                 // a goroutine is writing queue
+
+	// Idempotence, touched only by the goroutine sending the partition:
+	// the producer id and epoch of the sequence, the next sequence, and
+	// the transaction the partition was last added to.
+	seqPID   int64
+	seqEpoch int16
+	seq      int32
+	addedTxn uint64
 }
 
 // batch is a batch of records and what to do when it is written.
@@ -145,6 +183,7 @@ type batch struct {
 	ts       []int64 // record timestamps, Unix ms
 	reserved int     // buffer bytes
 	created  time.Time
+	stamped  bool // given a producer id and sequence (Idempotent)
 }
 
 // NewProducer returns a Producer writing to the broker.
@@ -179,13 +218,26 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 	if cfg.Partitioner == nil {
 		cfg.Partitioner = b.opts.Partitioner
 	}
-	if cfg.BatchBytes < 0 || cfg.BufferBytes < 0 || cfg.MaxBlock < 0 || cfg.DeliveryTimeout < 0 ||
+	if cfg.TransactionalID != "" {
+		cfg.Idempotent = true
+		if cfg.TransactionTimeout == 0 {
+			cfg.TransactionTimeout = DefaultTransactionTimeout
+		}
+	}
+	if cfg.BatchBytes < 0 || cfg.BufferBytes < 0 || cfg.MaxBlock < 0 || cfg.DeliveryTimeout < 0 || cfg.TransactionTimeout < 0 ||
 		cfg.Acks < AcksAll || cfg.Acks > AcksNone || cfg.Compression < record.None || cfg.Compression > record.ZSTD {
 		return nil, fmt.Errorf("%w: producer %+v", ErrInvalidConfig, cfg)
+	}
+	if cfg.Idempotent && cfg.Acks != AcksAll {
+		return nil, fmt.Errorf("%w: an idempotent or transactional producer needs AcksAll", ErrInvalidConfig)
 	}
 	p := &Producer{
 		b: b, cfg: cfg, topics: map[string]*producerTopic{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		pid: -1, epoch: -1,
+	}
+	if err := p.initIdentity(); err != nil {
+		return nil, err
 	}
 	go p.lingerLoop()
 	return p, nil
@@ -227,6 +279,11 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 
 	p.mu.Lock()
 	if err := p.reserve(ctx, size); err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	if err := p.txnAccepts(); err != nil {
+		p.release(size)
 		p.mu.Unlock()
 		return err
 	}
@@ -446,8 +503,13 @@ func (p *Producer) send(a *accum) {
 			r := sendResult{base: -1}
 			if age := time.Since(bt.created); age > p.cfg.DeliveryTimeout {
 				r.err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, age.Round(time.Millisecond))
+			} else if r.err = p.stamp(a, bt); r.err != nil {
 			} else if b, err := bt.bld.Build(); err != nil {
 				r.err = err
+			} else if p.cfg.Idempotent {
+				// Through the producer state: sequences, transactions.
+				// It waits for durability itself.
+				r.base, _, r.err = a.part.AppendProduced(b)
 			} else if r.base, last, r.err = a.part.AppendTrustedNoWait(b); r.err == nil {
 				written = i
 			}
@@ -476,6 +538,9 @@ type sendResult struct {
 // complete reports a batch's records to their callbacks, in order, and
 // gives back its buffer space and builder.
 func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
+	if err != nil && bt.stamped {
+		p.sequenceLost(a, err)
+	}
 	for i, cb := range bt.cbs {
 		if cb == nil {
 			continue // AcksNone: reported already
@@ -574,12 +639,27 @@ func (p *Producer) Flush(ctx context.Context) error {
 }
 
 // Close flushes the producer (waiting up to DeliveryTimeout) and stops it;
-// Produce fails with ErrProducerClosed afterwards.
+// Produce fails with ErrProducerClosed afterwards. A transactional
+// producer's open transaction is aborted first.
 func (p *Producer) Close() error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return ErrProducerClosed
+	}
+	if open := p.cfg.TransactionalID != "" && p.tx.state != txnReady && p.tx.state != txnFatal; open {
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DeliveryTimeout)
+		if err := p.AbortTransaction(ctx); err != nil {
+			p.b.logger.Warn("closing a transactional producer: its transaction was not aborted; the coordinator aborts it at its timeout",
+				"transactional_id", p.cfg.TransactionalID, "err", err)
+		}
+		cancel()
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return ErrProducerClosed
+		}
 	}
 	p.closed = true
 	if p.space != nil { // wake producers blocked for space: they fail

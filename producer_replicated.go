@@ -85,7 +85,7 @@ func (p *Producer) sendReplicated(a *accum) {
 		p.mu.Unlock()
 
 		if len(batches) > 0 {
-			g := p.newGroup(batches)
+			g := p.newGroup(a, batches)
 			p.write(a, g)
 			fl = append(fl, g)
 		}
@@ -95,12 +95,13 @@ func (p *Producer) sendReplicated(a *accum) {
 
 // newGroup builds a group's batches; batches that cannot be sent (too old,
 // or failing to build) carry their error from the start.
-func (p *Producer) newGroup(batches []*batch) *sendGroup {
+func (p *Producer) newGroup(a *accum, batches []*batch) *sendGroup {
 	g := &sendGroup{batches: batches, built: make([]record.Batch, len(batches)), results: make([]sendResult, len(batches))}
 	for i, bt := range batches {
 		g.results[i].base = -1
 		if age := time.Since(bt.created); age > p.cfg.DeliveryTimeout {
 			g.results[i].err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, age.Round(time.Millisecond))
+		} else if g.results[i].err = p.stamp(a, bt); g.results[i].err != nil {
 		} else if g.built[i], g.results[i].err = bt.bld.Build(); g.results[i].err == nil {
 			g.todo = append(g.todo, i)
 		}
@@ -123,11 +124,15 @@ func (p *Producer) write(a *accum, g *sendGroup) {
 		}
 		a.leader = rs
 	}
+	if err := p.checkLeader(a.leader); err != nil {
+		g.fail(err)
+		return
+	}
 	send := make([]record.Batch, len(g.todo))
 	for k, i := range g.todo {
 		send[k] = g.built[i]
 	}
-	res, pd := a.leader.WriteBatches(send, replica.AppendOptions{Acks: p.replicaAcks(), Trusted: true})
+	res, pd := a.leader.WriteBatches(send, replica.AppendOptions{Acks: p.replicaAcks(), Trusted: true, Idempotent: p.cfg.Idempotent})
 	for k, i := range g.todo {
 		if k < len(res.Bases) {
 			g.results[i] = sendResult{base: res.Bases[k], err: res.AckErr}
@@ -290,11 +295,14 @@ func (p *Producer) sendOnce(a *accum, built []record.Batch, todo []int, results 
 		}
 		a.leader = rs
 	}
+	if err := p.checkLeader(a.leader); err != nil {
+		return fail(err)
+	}
 	send := make([]record.Batch, len(todo))
 	for k, i := range todo {
 		send[k] = built[i]
 	}
-	res := a.leader.AppendBatches(ctx, send, replica.AppendOptions{Acks: p.replicaAcks(), Timeout: p.cfg.RequestTimeout, Trusted: true})
+	res := a.leader.AppendBatches(ctx, send, replica.AppendOptions{Acks: p.replicaAcks(), Timeout: p.cfg.RequestTimeout, Trusted: true, Idempotent: p.cfg.Idempotent})
 	var retry []int
 	for k, i := range todo {
 		err := res.Err

@@ -62,6 +62,14 @@ func (b *Builder) Len() int { return int(b.count) }
 // Size is the size of the batch so far, uncompressed, header included.
 func (b *Builder) Size() int { return max(len(b.buf), HeaderSize) }
 
+// SetProducer sets the producer id, epoch and base sequence (nil: none)
+// and the transactional flag that Build writes into the header: an
+// idempotent producer picks the sequence when the batch is about to be
+// sent, not when its first record is added.
+func (b *Builder) SetProducer(p *ProducerInfo, transactional bool) {
+	b.opts.Producer, b.opts.Transactional = p, transactional
+}
+
 // Build finishes the batch and returns it: base offset 0, leader epoch -1.
 // The batch aliases the Builder's buffers and is valid until the next Reset
 // or Add. An empty batch is an error.
