@@ -133,3 +133,67 @@ func ExampleNewLocalCluster() {
 	fmt.Printf("offset %d; leader %d, replicas %v, %d in sync, high watermark %d\n", md.Offset, p.Leader, p.Replicas, len(p.ISR), p.HighWatermark)
 	// Output: offset 0; leader 1, replicas [1 2 3], 3 in sync, high watermark 1
 }
+
+// A transactional producer: what a transaction writes is read
+// read_committed once it commits, and never if it aborts.
+func ExampleProducer_BeginTransaction() {
+	dir, _ := os.MkdirTemp("", "spool-example-")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	b, err := spool.Open(dir, spool.Options{TransactionStatePartitions: 1})
+	if err != nil {
+		panic(err)
+	}
+	defer b.Close()
+	if err := b.CreateTopic(ctx, "ledger", spool.TopicConfig{Partitions: 1}); err != nil {
+		panic(err)
+	}
+	p, err := b.NewProducer(spool.ProducerConfig{TransactionalID: "ledger-writer"})
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
+	write := func(commit bool, values ...string) {
+		if err := p.BeginTransaction(); err != nil {
+			panic(err)
+		}
+		for _, v := range values {
+			p.Produce(ctx, spool.Record{Topic: "ledger", Value: []byte(v)}, nil)
+		}
+		if commit {
+			err = p.CommitTransaction(ctx)
+		} else {
+			err = p.AbortTransaction(ctx)
+		}
+		if err != nil {
+			panic(err)
+		}
+	}
+	write(true, "debit 10", "credit 10")
+	write(false, "debit 99") // aborted
+	write(true, "debit 5", "credit 5")
+
+	c, err := b.NewConsumer(spool.ConsumerConfig{IsolationLevel: spool.ReadCommitted, AutoOffsetReset: spool.ResetEarliest, FetchMaxWait: 10 * time.Millisecond})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	if err := c.Assign("ledger"); err != nil {
+		panic(err)
+	}
+	for n := 0; n < 4; {
+		recs, err := c.Poll(ctx)
+		if err != nil {
+			panic(err)
+		}
+		for _, r := range recs {
+			fmt.Println(string(r.Value))
+		}
+		n += len(recs)
+	}
+	// Output:
+	// debit 10
+	// credit 10
+	// debit 5
+	// credit 5
+}
