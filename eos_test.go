@@ -139,6 +139,7 @@ func TestInProcessExactlyOnceThroughKills(t *testing.T) {
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) // a failed test leaves no copier behind
 		lines := make(chan string, 1024)
 		go func() {
 			defer close(lines)

@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -32,10 +33,12 @@ type conn struct {
 	ctx    context.Context // cancelled when the connection goes
 	cancel context.CancelFunc
 
-	controller    bool   // on the controller listener: its APIs, never forwarded
-	authenticated bool   // SASL done (or not required)
-	saslMech      string // mechanism chosen in SaslHandshake
-	saslV0        bool   // SaslHandshake v0: raw tokens follow
+	controller    bool                   // on the controller listener: its APIs, never forwarded
+	principal     string                 // who the client is: "User:name" (SASL, a TLS client certificate), else User:ANONYMOUS
+	shown         atomic.Pointer[string] // principal, for Server.Connections
+	authenticated bool                   // SASL done (or not required)
+	saslMech      string                 // mechanism chosen in SaslHandshake
+	saslV0        bool                   // SaslHandshake v0: raw tokens follow
 	scram         *scramServer
 
 	stopping   atomic.Bool
@@ -77,6 +80,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		stop:   make(chan struct{}),
 	}
 	c.authenticated = s.opts.SASL == nil
+	c.setPrincipal(anonymous)
 	return c
 }
 
@@ -99,6 +103,9 @@ func (c *conn) serve() {
 		c.cancel()
 		c.nc.Close()
 	}()
+	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
+		return
+	}
 	for !c.stopping.Load() {
 		c.nc.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
 		frame, err := c.readFrame()
@@ -116,6 +123,43 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// setPrincipal records who the client is.
+func (c *conn) setPrincipal(p string) {
+	c.principal = p
+	c.shown.Store(&p)
+}
+
+// anonymous is the principal of a connection that did not authenticate,
+// Kafka's.
+const anonymous = "User:ANONYMOUS"
+
+// handshake runs the TLS handshake within RequestReadTimeout and takes
+// the client certificate's subject, if any, as the principal. False: the
+// connection is to be closed.
+func (c *conn) handshake(tc *tls.Conn) bool {
+	ctx, cancel := context.WithTimeout(c.ctx, min(c.s.opts.RequestReadTimeout, c.s.opts.IdleTimeout))
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.s.tlsFailures.Add(1)
+		if !c.stopping.Load() {
+			c.s.logger.Debug("TLS handshake failed", "remote", c.remote, "err", err)
+		}
+		return false
+	}
+	if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 {
+		name, err := c.s.principals.apply(certs[0].Subject.String())
+		if err != nil {
+			c.s.tlsFailures.Add(1)
+			c.s.logger.Warn("TLS client refused", "remote", c.remote, "err", err)
+			return false
+		}
+		c.setPrincipal("User:" + name)
+	}
+	c.s.logger.Debug("TLS connection", "remote", c.remote, "principal", c.principal,
+		"version", tls.VersionName(tc.ConnectionState().Version), "cipher", tls.CipherSuiteName(tc.ConnectionState().CipherSuite))
+	return true
 }
 
 func isTimeout(err error) bool {

@@ -2,12 +2,14 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/controller"
@@ -50,8 +52,44 @@ type NodeConfig struct {
 	// address. A fault-injection harness (package clustertest) routes each
 	// link through a proxy it controls with it.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// PeerTLS is the client side of the TLS connections this node opens
+	// to the other nodes when the cluster's listeners use TLS
+	// (Server.TLS, which then covers the controller listener too): the
+	// CAs that sign the nodes' certificates and, if the nodes require
+	// client certificates, this node's. Each connection is verified
+	// against the host of the address dialed. Required with Server.TLS.
+	PeerTLS *tls.Config
 	// Logger receives the node's messages. Default: none.
 	Logger *slog.Logger
+}
+
+// tlsDialer wraps dial (nil: TCP) so that each connection is a TLS client
+// connection, handshaken, verified against the dialed address's host.
+func tlsDialer(dial func(ctx context.Context, addr string) (net.Conn, error), cfg *tls.Config) func(ctx context.Context, addr string) (net.Conn, error) {
+	if dial == nil {
+		dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		nc, err := dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := cfg.Clone()
+		if c.ServerName == "" {
+			c.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(nc, c)
+		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("transport: TLS to %s: %w", addr, err)
+		}
+		return tc, nil
+	}
 }
 
 // Node is a running cluster node: a spool.Broker that is a member of its
@@ -79,6 +117,9 @@ type Node struct {
 // with the other voters', or another process with this node's id is
 // refused with an error that names the fix.
 func StartNode(cfg NodeConfig) (*Node, error) {
+	if (cfg.Server.TLS == nil) != (cfg.PeerTLS == nil) {
+		return nil, fmt.Errorf("%w: a cluster node's listeners and its connections to the other nodes use TLS together: set both Server.TLS and PeerTLS, or neither", spool.ErrInvalidConfig)
+	}
 	voters, err := controller.ParseVoters(cfg.QuorumVoters)
 	if err != nil {
 		return nil, err
@@ -129,6 +170,9 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 			return fail(err)
 		}
 		ctrlAddr = net.JoinHostPort(h, strconv.Itoa(int(p)))
+	}
+	if cfg.PeerTLS != nil {
+		cfg.Dial = tlsDialer(cfg.Dial, cfg.PeerTLS)
 	}
 	r := newRemote(cfg.Dial)
 	no := cfg.Cluster

@@ -168,15 +168,21 @@ func saslFailureMessage(mech string) string {
 func (c *conn) saslStep(token []byte) (reply []byte, done bool, err error) {
 	switch c.saslMech {
 	case mechPlain:
-		if _, err := plainAuthenticate(c.s.opts.SASL.Plain, token); err != nil {
+		user, err := plainAuthenticate(c.s.opts.SASL.Plain, token)
+		if err != nil {
 			return nil, false, err
 		}
+		c.setPrincipal("User:" + user)
 		return []byte{}, true, nil
 	case mechSCRAMSHA256, mechSCRAMSHA512:
 		if c.scram == nil {
 			c.scram = newSCRAMServer(c.saslMech, c.s.scram[c.saslMech])
 		}
-		return c.scram.next(token)
+		reply, done, err := c.scram.next(token)
+		if done && err == nil {
+			c.setPrincipal("User:" + c.scram.user)
+		}
+		return reply, done, err
 	}
 	return nil, false, saslFailed("no mechanism chosen")
 }

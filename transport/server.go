@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,6 +100,20 @@ type Options struct {
 	MaxConnectionsPerIP int
 	// SASL, when set, requires clients to authenticate.
 	SASL *SASL
+	// TLS, when set, makes every client connection a TLS connection
+	// (security protocol SSL, or SASL_SSL with SASL): see tls.go. Its
+	// ClientAuth decides whether clients must present a certificate;
+	// TLSFiles.Config gives one read from PEM files and reloaded when they
+	// change. Connections of a cluster node's controller listener are not
+	// affected.
+	TLS *tls.Config
+	// SSLPrincipalMappingRules maps a client certificate's subject
+	// distinguished name (RFC 2253) to the connection's principal name
+	// (ssl.principal.mapping.rules): rules such as
+	// "RULE:^CN=([^,]*),.*$/$1/L,DEFAULT"; the first that matches applies,
+	// and a connection none matches is closed. Default DEFAULT: the whole
+	// distinguished name.
+	SSLPrincipalMappingRules string
 	// Logger receives the server's messages; silent by default.
 	Logger *slog.Logger
 }
@@ -129,6 +144,11 @@ type ServerStats struct {
 	// RequestReadTimeouts counts connections closed because a request did
 	// not arrive whole within RequestReadTimeout.
 	RequestReadTimeouts int64
+	// TLSHandshakeFailures counts TLS connections closed because their
+	// handshake failed: a client not speaking TLS, a certificate refused,
+	// no TLS version or cipher in common, or a handshake not done within
+	// RequestReadTimeout.
+	TLSHandshakeFailures int64
 }
 
 // SASL holds the users a server accepts (sasl.enabled.mechanisms and the
@@ -165,6 +185,9 @@ type Server struct {
 
 	refused      atomic.Int64
 	readTimeouts atomic.Int64
+	tlsFailures  atomic.Int64
+
+	principals principalMapper // SSLPrincipalMappingRules, parsed
 
 	// peers reaches the other nodes of a cluster node's cluster, for the
 	// requests a broker forwards (DescribeQuorum); nil on a standalone
@@ -210,8 +233,12 @@ func NewServer(b *spool.Broker, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("%w: QueuedMaxRequestBytes (queued.max.request.bytes) %d is below MaxRequestBytes %d or MaxPreAuthBytes %d: a request of that size could never be read",
 			ErrInvalidOptions, q, opts.MaxRequestBytes, opts.MaxPreAuthBytes)
 	}
+	principals, err := parsePrincipalRules(opts.SSLPrincipalMappingRules)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
-		b: b, opts: opts, logger: opts.Logger,
+		b: b, opts: opts, logger: opts.Logger, principals: principals,
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, perIP: map[netip.Addr]int{},
 		done:   make(chan struct{}),
 		memory: newRequestMemory(opts.QueuedMaxRequestBytes),
@@ -219,7 +246,6 @@ func NewServer(b *spool.Broker, opts Options) (*Server, error) {
 	if opts.MaxConnections > 0 {
 		s.slots = make(chan struct{}, opts.MaxConnections)
 	}
-	var err error
 	if _, err = b.ClusterID(); err != nil { // a standalone broker's meta.properties, written now if new
 		return nil, err
 	}
@@ -244,6 +270,33 @@ func (s *Server) ListenAndServe(addr string) error {
 	return s.Serve(l)
 }
 
+// ConnInfo describes an open client connection.
+type ConnInfo struct {
+	// Remote is the client's address.
+	Remote string
+	// Principal is who the client authenticated as: "User:" and the SASL
+	// user or the mapped subject of its TLS certificate, or
+	// "User:ANONYMOUS".
+	Principal string
+	// TLS reports a TLS connection.
+	TLS bool
+}
+
+// Connections lists the open client connections.
+func (s *Server) Connections() []ConnInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ConnInfo, 0, len(s.conns))
+	for c := range s.conns {
+		if c.controller {
+			continue
+		}
+		_, isTLS := c.nc.(*tls.Conn)
+		out = append(out, ConnInfo{Remote: c.remote, Principal: *c.shown.Load(), TLS: isTLS})
+	}
+	return out
+}
+
 // Stats returns the server's gauges and counters.
 func (s *Server) Stats() ServerStats {
 	used, peak, waiting := s.memory.stats()
@@ -257,6 +310,7 @@ func (s *Server) Stats() ServerStats {
 		PeakRequestBytesInFlight: peak,
 		RequestsWaitingForMemory: waiting,
 		RequestReadTimeouts:      s.readTimeouts.Load(),
+		TLSHandshakeFailures:     s.tlsFailures.Load(),
 	}
 }
 
@@ -320,6 +374,19 @@ func (s *Server) serve(l net.Listener, controller bool) error {
 			s.connWG.Add(1)
 			go func() {
 				defer s.connWG.Done()
+				if s.opts.TLS != nil {
+					tc := tls.Server(nc, s.opts.TLS)
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					err := tc.HandshakeContext(ctx)
+					cancel()
+					if err != nil {
+						s.tlsFailures.Add(1)
+						s.logger.Debug("TLS handshake failed on the controller listener", "remote", nc.RemoteAddr().String(), "err", err)
+						nc.Close()
+						return
+					}
+					nc = tc
+				}
 				if kc, ok := s.routeController(nc); ok {
 					s.start(kc, true)
 				}
@@ -337,6 +404,9 @@ func (s *Server) serve(l net.Listener, controller bool) error {
 // holds the slot its acceptor took and counts against its address's
 // limit; a controller-listener connection does neither.
 func (s *Server) start(nc net.Conn, controller bool) bool {
+	if s.opts.TLS != nil && !controller {
+		nc = tls.Server(nc, s.opts.TLS) // the handshake is the connection's first step
+	}
 	c := newConn(s, nc)
 	if controller {
 		c.controller = true
