@@ -151,6 +151,47 @@ fi
 grep -qi "authentication failed\|Authentication" "$work/wrong" || { cat "$work/wrong"; fail "SASL: wrong password: unexpected error"; }
 stop_server
 
+# TLS (issue 13): certificates made with openssl; the server requires a
+# client certificate signed by the CA (mutual TLS, security protocol SSL),
+# then, on a second start, SASL SCRAM over TLS (SASL_SSL) without one.
+tls=$work/tls
+mkdir -p "$tls"
+ossl() { openssl "$@" 2>>"$work/openssl.log" >/dev/null || { cat "$work/openssl.log"; fail "openssl $1"; }; }
+ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=kcat test CA" -keyout "$tls/ca.key" -out "$tls/ca.crt"
+for who in server client; do
+	ossl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/O=spool/CN=kcat-$who" -keyout "$tls/$who.key" -out "$tls/$who.csr"
+	printf 'subjectAltName=IP:127.0.0.1\n' >"$tls/$who.ext"
+	ossl x509 -req -in "$tls/$who.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -CAcreateserial -days 1 -extfile "$tls/$who.ext" -out "$tls/$who.crt"
+done
+start_server --tls-cert "$tls/server.crt" --tls-key "$tls/server.key" --tls-client-ca "$tls/ca.crt"
+ssl=(-X security.protocol=SSL -X "ssl.ca.location=$tls/ca.crt" -X "ssl.certificate.location=$tls/client.crt" -X "ssl.key.location=$tls/client.key")
+for i in 1 2 3; do echo "k$i:ssl-$i"; done | kc "${ssl[@]}" -P -t "$topic" -K: || fail "SSL: kcat -P with a client certificate failed"
+n=$((n + 3))
+for i in 1 2 3; do echo "k$i:ssl-$i"; done >>"$work/produced"
+kc "${ssl[@]}" -C -t "$topic" -o beginning -e -q -f '%p %o %k %s\n' >"$work/ssl-consumed"
+[ "$(wc -l <"$work/ssl-consumed")" -eq "$n" ] || fail "SSL: consumed $(wc -l <"$work/ssl-consumed") records, produced $n"
+diff <(awk '{print $3 ":" $4}' "$work/ssl-consumed" | sort) <(sort "$work/produced") >/dev/null || fail "SSL: consumed records differ"
+grep -q 'principal="User:CN=kcat-client,O=spool"' "$work/serve.log" || fail "SSL: the client certificate's subject is not the principal"
+if timeout 30 kcat -b "$addr" -m 5 -X security.protocol=SSL -X "ssl.ca.location=$tls/ca.crt" -L >"$work/nocert" 2>&1; then
+	fail "SSL: a client without a certificate was let in"
+fi
+if timeout 30 kcat -b "$addr" -m 5 -L >"$work/plaintext" 2>&1; then
+	fail "SSL: a plaintext client was served on the TLS port"
+fi
+stop_server
+start_server --tls-cert "$tls/server.crt" --tls-key "$tls/server.key" --sasl-scram-sha-512 dave:dave-pw
+sasl_ssl=(-X security.protocol=SASL_SSL -X "ssl.ca.location=$tls/ca.crt" -X sasl.mechanisms=SCRAM-SHA-512 -X sasl.username=dave -X sasl.password=dave-pw)
+for i in 1 2 3; do echo "k$i:sasl-ssl-$i"; done | kc "${sasl_ssl[@]}" -P -t "$topic" -K: || fail "SASL_SSL: kcat -P failed"
+n=$((n + 3))
+for i in 1 2 3; do echo "k$i:sasl-ssl-$i"; done >>"$work/produced"
+kc "${sasl_ssl[@]}" -C -t "$topic" -o beginning -e -q -f '%p %o %k %s\n' >"$work/sasl-ssl-consumed"
+[ "$(wc -l <"$work/sasl-ssl-consumed")" -eq "$n" ] || fail "SASL_SSL: consumed $(wc -l <"$work/sasl-ssl-consumed") records, produced $n"
+if timeout 30 kcat -b "$addr" -m 5 -X security.protocol=SASL_SSL -X "ssl.ca.location=$tls/ca.crt" -X sasl.mechanisms=SCRAM-SHA-512 \
+	-X sasl.username=dave -X sasl.password=wrong -L >"$work/wrong" 2>&1; then
+	fail "SASL_SSL: a wrong password was accepted"
+fi
+stop_server
+
 # Issue 17: a damaged batch is never served as data. One byte of
 # "value-100" is changed on disk; kcat (librdkafka checks no CRC by
 # default) must not print it: the broker answers CORRUPT_MESSAGE, which
@@ -170,4 +211,4 @@ if grep walue "$work/damaged"; then fail "kcat printed the damaged record as dat
 grep -q "Invalid message" "$work/damaged.err" || { cat "$work/damaged.err"; fail "kcat: no CORRUPT_MESSAGE (Invalid message) error"; }
 stop_server
 
-echo "kcat.sh: ok: $n records produced (plain, idempotent lz4, over SASL PLAIN/SCRAM-SHA-256/SCRAM-SHA-512), consumed with -C and -G, offsets queried with -Q; a damaged batch refused"
+echo "kcat.sh: ok: $n records produced (plain, idempotent lz4, over SASL PLAIN/SCRAM-SHA-256/SCRAM-SHA-512, over mutual TLS and SASL_SSL), consumed with -C and -G, offsets queried with -Q; a damaged batch refused"

@@ -74,6 +74,27 @@ func (f *TLSFiles) Config() *tls.Config {
 	}
 }
 
+// PeerConfig returns the client side for a cluster node's connections to
+// the other nodes (NodeConfig.PeerTLS): it presents the files' current
+// certificate when asked for one, and trusts the client CAs (the nodes'
+// certificates are then signed by the CA that signs the clients'), or the
+// system's roots when there are none.
+func (f *TLSFiles) PeerConfig() *tls.Config {
+	f.mu.Lock()
+	roots := f.cfg.ClientCAs
+	f.mu.Unlock()
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		RootCAs:    roots,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			f.maybeReload()
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return &f.cfg.Certificates[0], nil
+		},
+	}
+}
+
 // Reload reads the files now; on failure the previous configuration stays.
 func (f *TLSFiles) Reload() error {
 	stamps := f.stampFiles()
@@ -249,4 +270,11 @@ func javaReplacement(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// CheckPrincipalMappingRules reports whether rules parse as
+// Options.SSLPrincipalMappingRules (ErrBadPrincipalRules if not).
+func CheckPrincipalMappingRules(rules string) error {
+	_, err := parsePrincipalRules(rules)
+	return err
 }

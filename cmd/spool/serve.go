@@ -9,9 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spoolmq/spool"
@@ -57,6 +60,10 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.Func("sasl-plain", "require SASL and accept these `user:pass,...` with the PLAIN mechanism", usersFlag(&sasl.Plain))
 	fs.Func("sasl-scram-sha-256", "require SASL and accept these `user:pass,...` with SCRAM-SHA-256", usersFlag(&sasl.SCRAMSHA256))
 	fs.Func("sasl-scram-sha-512", "require SASL and accept these `user:pass,...` with SCRAM-SHA-512", usersFlag(&sasl.SCRAMSHA512))
+	tlsCert := fs.String("tls-cert", "", "serve TLS (SSL, or SASL_SSL with --sasl-*) with this PEM certificate `file` (the chain, leaf first); replaced files are picked up without a restart (also on SIGHUP)")
+	tlsKey := fs.String("tls-key", "", "the PEM private key `file` of --tls-cert")
+	tlsCA := fs.String("tls-client-ca", "", "require TLS clients to present a certificate signed by a CA in this PEM `file` (mutual TLS); the certificate's subject becomes the principal. On a cluster node, the nodes' certificates must be signed by it too")
+	principalRules := fs.String("ssl-principal-mapping-rules", "", "map client certificates' subjects to principals with Kafka's `rules` (ssl.principal.mapping.rules), e.g. 'RULE:^CN=([^,]*),.*$/$1/L,DEFAULT' (default DEFAULT: the whole subject)")
 	ctrlListen := fs.String("controller-listen", "", "the `host:port` of this node's controller listener (Raft and the controller's requests); a voter's defaults to its entry in --controller-quorum-voters")
 	voters := fs.String("controller-quorum-voters", "", "makes this a cluster node: the controller quorum as `id@host:port,...` (controller.quorum.voters), the same on every node; a node listed is controller and broker, any other a broker only")
 	clusterID := fs.String("cluster-id", "", "the `id` of the cluster this node must belong to (default: adopt the cluster's, or name a new one)")
@@ -115,6 +122,23 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if sasl.Plain != nil || sasl.SCRAMSHA256 != nil || sasl.SCRAMSHA512 != nil {
 		opts.SASL = &sasl
 	}
+	var tlsFiles *transport.TLSFiles
+	switch {
+	case *tlsCert != "" || *tlsKey != "":
+		f, err := transport.LoadTLSFiles(*tlsCert, *tlsKey, *tlsCA, func(err error) {
+			fmt.Fprintf(stderr, "spool serve: TLS files changed but cannot be used (serving the previous ones): %v\n", err)
+		})
+		if err != nil {
+			return usageError(fs, "%v", err)
+		}
+		tlsFiles, opts.TLS = f, f.Config()
+	case *tlsCA != "":
+		return usageError(fs, "--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	if err := transport.CheckPrincipalMappingRules(*principalRules); err != nil {
+		return usageError(fs, "--ssl-principal-mapping-rules: %v", err)
+	}
+	opts.SSLPrincipalMappingRules = *principalRules
 	for _, f := range []struct {
 		name string
 		v    int64
@@ -162,6 +186,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 			ControllerListen: *ctrlListen, QuorumVoters: *voters, ClusterID: *clusterID,
 			Broker: bopts, Cluster: spool.NodeOptions{SessionTimeout: *sessionTimeout}, Server: opts, Logger: logger,
 		}
+		if tlsFiles != nil {
+			// The node shows its own certificate to the others, and
+			// trusts what signs theirs: the client CA, else the system's.
+			cfg.PeerTLS = tlsFiles.PeerConfig()
+		}
 		if dialMap != nil {
 			cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
 				if via, ok := dialMap[addr]; ok {
@@ -171,6 +200,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 				return d.DialContext(ctx, "tcp", addr)
 			}
 		}
+		stopReload := reloadOnHangup(tlsFiles, logger)
+		defer stopReload()
 		return serveNode(ctx, cfg, logger, stderr)
 	}
 	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 || dialMap != nil {
@@ -196,6 +227,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		fmt.Fprintf(stderr, "spool serve: creating the offsets topic: %v\n", err)
 		return closeBroker("spool serve", b, exitProblem, stderr)
 	}
+	stopReload := reloadOnHangup(tlsFiles, logger)
+	defer stopReload()
 	code := serve(ctx, b, opts, *listen, logger, stderr)
 	return closeBroker("spool serve", b, code, stderr)
 }
@@ -214,7 +247,7 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, addr st
 		return exitProblem
 	}
 	logger.Info("listening", "addr", l.Addr().String(), "data", b.Dir(), "node_id", opts.NodeID,
-		"cluster_id", srv.ClusterID(), "sasl", opts.SASL != nil,
+		"cluster_id", srv.ClusterID(), "sasl", opts.SASL != nil, "tls", opts.TLS != nil,
 		"max_connections", opts.MaxConnections, "max_connections_per_ip", opts.MaxConnectionsPerIP,
 		"queued_max_request_bytes", opts.QueuedMaxRequestBytes)
 	fmt.Fprintf(stderr, "spool: serving on %s\n", l.Addr())
@@ -311,4 +344,33 @@ func serveNode(ctx context.Context, cfg transport.NodeConfig, logger *slog.Logge
 	}
 	logger.Info("stopped")
 	return code
+}
+
+// reloadOnHangup reloads the TLS files on SIGHUP until the returned
+// function is called. Without TLS it does nothing.
+func reloadOnHangup(f *transport.TLSFiles, logger *slog.Logger) func() {
+	if f == nil {
+		return func() {}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-hup:
+				if err := f.Reload(); err != nil {
+					logger.Error("SIGHUP: TLS files not reloaded; serving the previous ones", "err", err)
+				} else {
+					logger.Info("SIGHUP: TLS files reloaded")
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+	}
 }
