@@ -117,6 +117,12 @@ type Node struct {
 // with the other voters', or another process with this node's id is
 // refused with an error that names the fix.
 func StartNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Server.SASL != nil {
+		// The nodes would have to authenticate to each other's listeners,
+		// and they have no SASL credentials to do it with: the node would
+		// never get ready. Mutual TLS authenticates them instead.
+		return nil, fmt.Errorf("%w: SASL on a cluster node's listener is not supported yet (the nodes do not authenticate to each other with SASL); use mutual TLS (Server.TLS with client certificates, and PeerTLS)", spool.ErrInvalidConfig)
+	}
 	if (cfg.Server.TLS == nil) != (cfg.PeerTLS == nil) {
 		return nil, fmt.Errorf("%w: a cluster node's listeners and its connections to the other nodes use TLS together: set both Server.TLS and PeerTLS, or neither", spool.ErrInvalidConfig)
 	}

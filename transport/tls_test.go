@@ -324,3 +324,14 @@ func TestClusterOverMutualTLS(t *testing.T) {
 	_, err = StartNode(cfg)
 	require.ErrorIs(t, err, spool.ErrInvalidConfig)
 }
+
+// SASL on a cluster node is refused at start, with the reason: the nodes
+// cannot authenticate to each other with it.
+func TestClusterNodeRefusesSASL(t *testing.T) {
+	c := newTestCluster(t, 1)
+	cfg := c.config(1)
+	cfg.Server.SASL = &SASL{Plain: map[string]string{"a": "b"}}
+	_, err := StartNode(cfg)
+	require.ErrorIs(t, err, spool.ErrInvalidConfig)
+	require.ErrorContains(t, err, "mutual TLS")
+}
