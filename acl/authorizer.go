@@ -1,0 +1,369 @@
+package acl
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/spoolmq/spool/internal/vfs"
+)
+
+// Store keeps an Authorizer's bindings durably: Save replaces them all,
+// and must be durable when it returns.
+type Store interface {
+	Save([]Binding) error
+}
+
+// Config configures an Authorizer.
+type Config struct {
+	// SuperUsers are principals allowed everything (super.users), e.g.
+	// "User:admin"; a cluster's nodes must be among them when they
+	// authenticate to each other (mutual TLS).
+	SuperUsers []string
+	// Bindings are the ACLs to start with (a Store's, as loaded).
+	Bindings []Binding
+	// Store keeps changes; nil: in memory only.
+	Store Store
+}
+
+// Authorizer decides operations from its bindings. Safe for concurrent
+// use; Authorize takes a read lock only.
+type Authorizer struct {
+	super map[string]bool
+
+	mu       sync.RWMutex
+	bindings []Binding // sorted by resource type and name
+	index    index     // bindings, for Authorize
+	store    Store
+	storeMu  sync.Mutex // one Save at a time, in order
+}
+
+// New returns an Authorizer. Invalid bindings in cfg are an error.
+func New(cfg Config) (*Authorizer, error) {
+	a := &Authorizer{super: map[string]bool{}, store: cfg.Store}
+	for _, p := range cfg.SuperUsers {
+		p = strings.TrimSpace(p)
+		if !validPrincipal(p) {
+			return nil, fmt.Errorf("%w: super user %q (want Type:name, e.g. User:admin)", ErrInvalid, p)
+		}
+		a.super[p] = true
+	}
+	for _, b := range cfg.Bindings {
+		if err := b.Validate(); err != nil {
+			return nil, err
+		}
+		a.insert(b)
+	}
+	a.index = newIndex(a.bindings)
+	return a, nil
+}
+
+// rkey names a resource.
+type rkey struct {
+	rt   ResourceType
+	name string
+}
+
+// index is the bindings as Authorize looks them up: literal ones by
+// resource, prefixed ones by resource type. Rebuilt on every change.
+type index struct {
+	literal  map[rkey][]Binding
+	prefixed map[ResourceType][]Binding
+}
+
+func newIndex(bs []Binding) index {
+	ix := index{literal: map[rkey][]Binding{}, prefixed: map[ResourceType][]Binding{}}
+	for _, b := range bs {
+		if b.Pattern == PatternPrefixed {
+			ix.prefixed[b.ResourceType] = append(ix.prefixed[b.ResourceType], b)
+		} else {
+			k := rkey{b.ResourceType, b.Name}
+			ix.literal[k] = append(ix.literal[k], b)
+		}
+	}
+	return ix
+}
+
+// ParseSuperUsers splits Kafka's super.users list, "User:a;User:b".
+func ParseSuperUsers(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ";") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func compare(a, b Binding) int {
+	if a.ResourceType != b.ResourceType {
+		return int(a.ResourceType) - int(b.ResourceType)
+	}
+	if c := strings.Compare(a.Name, b.Name); c != 0 {
+		return c
+	}
+	if a.Pattern != b.Pattern {
+		return int(a.Pattern) - int(b.Pattern)
+	}
+	if c := strings.Compare(a.Principal, b.Principal); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Host, b.Host); c != 0 {
+		return c
+	}
+	if a.Operation != b.Operation {
+		return int(a.Operation) - int(b.Operation)
+	}
+	return int(a.Permission) - int(b.Permission)
+}
+
+// insert adds b if absent; false if it was there. Called with mu held (or
+// before the Authorizer is shared).
+func (a *Authorizer) insert(b Binding) bool {
+	i, found := slices.BinarySearchFunc(a.bindings, b, compare)
+	if found {
+		return false
+	}
+	a.bindings = slices.Insert(a.bindings, i, b)
+	return true
+}
+
+// IsSuperUser reports whether principal is allowed everything.
+func (a *Authorizer) IsSuperUser(principal string) bool { return a.super[principal] }
+
+// Authorize decides whether principal, connected from host (an IP
+// address), may perform op on the resource of type rt named name.
+func (a *Authorizer) Authorize(principal, host string, op Operation, rt ResourceType, name string) bool {
+	if a.super[principal] {
+		return true
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	allowed := false
+	check := func(b Binding) bool { // false: denied, stop
+		if b.Principal != principal && b.Principal != "User:*" {
+			return true
+		}
+		if b.Host != host && b.Host != Wildcard {
+			return true
+		}
+		if !implies(b.Operation, op, b.Permission) {
+			return true
+		}
+		if b.Permission == Deny {
+			return false
+		}
+		allowed = true
+		return true
+	}
+	// The bindings that can apply: literal name, literal "*", and every
+	// prefixed one that is a prefix of name.
+	for _, b := range a.index.literal[rkey{rt, name}] {
+		if !check(b) {
+			return false
+		}
+	}
+	if name != Wildcard {
+		for _, b := range a.index.literal[rkey{rt, Wildcard}] {
+			if !check(b) {
+				return false
+			}
+		}
+	}
+	for _, b := range a.index.prefixed[rt] {
+		if strings.HasPrefix(name, b.Name) && !check(b) {
+			return false
+		}
+	}
+	return allowed
+}
+
+// Create adds bindings (CreateAcls): each invalid one gets its error and
+// is not added; an identical one already there succeeds. The valid ones are
+// saved before Create returns; if saving fails, none is added and every
+// valid one gets that error.
+func (a *Authorizer) Create(bs []Binding) []error {
+	errs := make([]error, len(bs))
+	a.storeMu.Lock()
+	defer a.storeMu.Unlock()
+	a.mu.Lock()
+	before := slices.Clone(a.bindings)
+	changed := false
+	for i, b := range bs {
+		if errs[i] = b.Validate(); errs[i] == nil && a.insert(b) {
+			changed = true
+		}
+	}
+	next := a.bindings
+	a.index = newIndex(next)
+	a.mu.Unlock()
+	if !changed {
+		return errs
+	}
+	if err := a.save(next); err != nil {
+		a.mu.Lock()
+		a.bindings, a.index = before, newIndex(before)
+		a.mu.Unlock()
+		for i := range errs {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	return errs
+}
+
+// Delete removes the bindings each filter matches (DeleteAcls) and returns
+// them per filter. An invalid filter gets its error and removes nothing;
+// the others' removals are saved before Delete returns (a failed save
+// removes nothing and is returned as the error).
+func (a *Authorizer) Delete(fs []Filter) ([][]Binding, []error, error) {
+	removed := make([][]Binding, len(fs))
+	errs := make([]error, len(fs))
+	a.storeMu.Lock()
+	defer a.storeMu.Unlock()
+	a.mu.Lock()
+	before := a.bindings
+	next := slices.Clone(a.bindings)
+	for i, f := range fs {
+		if errs[i] = f.Validate(); errs[i] != nil {
+			continue
+		}
+		for _, b := range before {
+			if f.Matches(b) {
+				removed[i] = append(removed[i], b)
+			}
+		}
+		next = slices.DeleteFunc(next, f.Matches)
+	}
+	a.bindings, a.index = next, newIndex(next)
+	a.mu.Unlock()
+	if len(next) == len(before) {
+		return removed, errs, nil
+	}
+	if err := a.save(next); err != nil {
+		a.mu.Lock()
+		a.bindings, a.index = before, newIndex(before)
+		a.mu.Unlock()
+		return make([][]Binding, len(fs)), errs, err
+	}
+	return removed, errs, nil
+}
+
+// Describe returns the bindings the filter matches (DescribeAcls).
+func (a *Authorizer) Describe(f Filter) ([]Binding, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []Binding
+	for _, b := range a.bindings {
+		if f.Matches(b) {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// Len is the number of bindings.
+func (a *Authorizer) Len() int {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return len(a.bindings)
+}
+
+func (a *Authorizer) save(bs []Binding) error {
+	if a.store == nil {
+		return nil
+	}
+	return a.store.Save(slices.Clone(bs))
+}
+
+// FileStore keeps bindings in one file, replaced atomically (written
+// aside, synced, renamed over, directory synced):
+//
+//	spool-acls 1
+//	[{"ResourceType":2,"Name":"orders",...}, ...]
+//	crc32c 5e3a9b1c
+//
+// The last line is the CRC-32C of the lines before it.
+type FileStore struct {
+	path string
+}
+
+// ErrBadFile means the ACL file is damaged: its CRC does not match or it
+// does not parse. It is never guessed at - an authorizer that lost its
+// DENY bindings would let in what they keep out.
+var ErrBadFile = errors.New("acl: ACL file is damaged")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// OpenFile returns the store at path and the bindings it holds (none if
+// the file does not exist yet).
+func OpenFile(path string) (*FileStore, []Binding, error) {
+	data, err := vfs.ReadFile(vfs.Default, path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &FileStore{path: path}, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	bs, err := decodeFile(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %v (restore it from a backup, or delete it and create the ACLs again)", ErrBadFile, path, err)
+	}
+	return &FileStore{path: path}, bs, nil
+}
+
+func decodeFile(data []byte) ([]Binding, error) {
+	body, tail, ok := bytes.Cut(data, []byte("\ncrc32c "))
+	if !ok {
+		return nil, errors.New("no crc32c line")
+	}
+	body = append(body, '\n')
+	var sum uint32
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(tail)), "%08x", &sum); err != nil {
+		return nil, fmt.Errorf("crc32c line: %v", err)
+	}
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, errors.New("crc32c mismatch")
+	}
+	header, js, ok := bytes.Cut(body, []byte("\n"))
+	if !ok || string(header) != "spool-acls 1" {
+		return nil, fmt.Errorf("header %q", header)
+	}
+	var bs []Binding
+	if err := json.Unmarshal(js, &bs); err != nil {
+		return nil, err
+	}
+	for _, b := range bs {
+		if err := b.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return bs, nil
+}
+
+// Save implements Store.
+func (s *FileStore) Save(bs []Binding) error {
+	if bs == nil {
+		bs = []Binding{}
+	}
+	js, err := json.Marshal(bs)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	buf.WriteString("spool-acls 1\n")
+	buf.Write(js)
+	buf.WriteByte('\n')
+	fmt.Fprintf(&buf, "crc32c %08x\n", crc32.Checksum(buf.Bytes(), castagnoli))
+	return vfs.WriteFileAtomic(vfs.Default, s.path, buf.Bytes())
+}
