@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
@@ -82,6 +83,13 @@ func produce(c *conn, req *request, body *kmsg.ProduceRequest) (kmsg.Response, e
 		}
 		if body.Acks != 0 && body.Acks != 1 && body.Acks != -1 {
 			code = errInvalidRequiredAcks
+		}
+		switch {
+		case code != errNone:
+		case body.TransactionID != nil && *body.TransactionID != "" && !c.can(acl.OpWrite, acl.ResourceTransactionalID, *body.TransactionID):
+			code = errTransactionalIDAuthorizationFailed
+		case !c.can(acl.OpWrite, acl.ResourceTopic, name):
+			code = errTopicAuthorizationFailed // decided before whether the topic exists
 		}
 		for j := range t.Partitions {
 			out := &rt.Partitions[j]
@@ -162,7 +170,7 @@ func (c *conn) producePartition(req *request, pp producePart) {
 	// An unknown topic is answered before the records are looked at, as
 	// Kafka does; one to be created is created only for a valid batch.
 	p, err := c.s.b.Partition(pp.topic, out.Partition)
-	create := errors.Is(err, spool.ErrUnknownTopic) && c.s.b.AutoCreateTopics()
+	create := errors.Is(err, spool.ErrUnknownTopic) && c.s.b.AutoCreateTopics() && c.canCreateTopic(pp.topic)
 	if err != nil && !create {
 		setProduceError(req.version, out, produceErrorCode(err), err.Error())
 		return
@@ -350,7 +358,7 @@ func (c *conn) produceClustered(req *request, pp producePart) {
 		opts.Acks = spool.AcksLeader
 	}
 	base, err := c.s.b.ProduceBatch(c.ctx, pp.topic, out.Partition, b, opts)
-	if errors.Is(err, spool.ErrUnknownTopic) && c.s.b.AutoCreateTopics() {
+	if errors.Is(err, spool.ErrUnknownTopic) && c.s.b.AutoCreateTopics() && c.canCreateTopic(pp.topic) {
 		if cerr := c.s.b.CreateTopic(c.ctx, pp.topic, spool.TopicConfig{}); cerr == nil || errors.Is(cerr, spool.ErrTopicExists) {
 			base, err = c.s.b.ProduceBatch(c.ctx, pp.topic, out.Partition, b, opts)
 		} else {

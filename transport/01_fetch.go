@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
@@ -111,6 +112,10 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 	}
 	unknown := c.fetchTopicNames(body, req.version)
 	if c.isReplicaFetch(body, req.version) {
+		if !c.canCluster(acl.OpClusterAction) {
+			setErrorCodes(reflect.ValueOf(resp), errClusterAuthorizationFailed)
+			return encoded(resp), nil
+		}
 		return c.serveReplicaFetch(req, body, unknown)
 	}
 
@@ -122,6 +127,11 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 			fp := fetchPart{req: rp}
 			if unknown[ti] {
 				fp.code = errUnknownTopicID
+				parts = append(parts, fp)
+				continue
+			}
+			if !c.can(acl.OpRead, acl.ResourceTopic, rt.Topic) {
+				fp.code = errTopicAuthorizationFailed // decided before whether it exists
 				parts = append(parts, fp)
 				continue
 			}

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/spoolmq/spool/acl"
 	"math"
 	"sort"
 	"time"
@@ -65,6 +66,10 @@ func listOffsets(c *conn, req *request, body *kmsg.ListOffsetsRequest) (kmsg.Res
 			out.Partition = rp.Partition
 			if req.version == 0 {
 				out.OldStyleOffsets = []int64{}
+			}
+			if !c.can(acl.OpDescribe, acl.ResourceTopic, rt.Topic) {
+				out.ErrorCode = errTopicAuthorizationFailed
+				continue
 			}
 			if count[tp{rt.Topic, rp.Partition}] > 1 {
 				out.ErrorCode = errInvalidRequest // Kafka: a partition asked twice

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -26,6 +27,9 @@ func metadata(c *conn, req *request, body *kmsg.MetadataRequest) (kmsg.Response,
 	// v0: an empty list means every topic; v1+: a null one does.
 	if body.Topics == nil || req.version == 0 && len(body.Topics) == 0 {
 		for _, name := range b.Topics() {
+			if !c.can(acl.OpDescribe, acl.ResourceTopic, name) {
+				continue // as if it did not exist
+			}
 			if d, err := b.DescribeTopic(name); err == nil { // else deleted meanwhile
 				resp.Topics = append(resp.Topics, c.topicMetadata(d))
 			}
@@ -48,6 +52,12 @@ func metadata(c *conn, req *request, body *kmsg.MetadataRequest) (kmsg.Response,
 			}
 			seenIDs[rt.TopicID] = true
 			if d, ok := c.s.topicByID(rt.TopicID); ok {
+				if !c.can(acl.OpDescribe, acl.ResourceTopic, d.Name) {
+					t := kmsg.NewMetadataResponseTopic()
+					t.ErrorCode, t.TopicID = errTopicAuthorizationFailed, rt.TopicID
+					resp.Topics = append(resp.Topics, t)
+					continue
+				}
 				resp.Topics = append(resp.Topics, c.topicMetadata(d))
 				continue
 			}
@@ -71,10 +81,20 @@ func metadata(c *conn, req *request, body *kmsg.MetadataRequest) (kmsg.Response,
 // fails a write on LEADER_NOT_AVAILABLE rather than retrying.
 func (c *conn) metadataByName(name string, autoCreate bool) kmsg.MetadataResponseTopic {
 	b := c.s.b
+	if !c.can(acl.OpDescribe, acl.ResourceTopic, name) {
+		// Whether it exists is not disclosed.
+		t := kmsg.NewMetadataResponseTopic()
+		t.Topic, t.ErrorCode = &name, errTopicAuthorizationFailed
+		return t
+	}
 	d, err := b.DescribeTopic(name)
 	if errors.Is(err, spool.ErrUnknownTopic) {
 		if verr := spool.ValidTopicName(name); verr != nil {
 			err = verr
+		} else if autoCreate && name != spool.OffsetsTopic && !c.canCreateTopic(name) {
+			t := kmsg.NewMetadataResponseTopic()
+			t.Topic, t.ErrorCode = &name, errTopicAuthorizationFailed
+			return t
 		} else if autoCreate && name != spool.OffsetsTopic {
 			if cerr := b.CreateTopic(c.ctx, name, spool.TopicConfig{}); cerr != nil && !errors.Is(cerr, spool.ErrTopicExists) {
 				err = cerr

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/group"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -59,6 +60,12 @@ func offsetCommit(c *conn, req *request, body *kmsg.OffsetCommitRequest) (kmsg.R
 			if name, ok = ids.byID[t.TopicID]; !ok {
 				topicCode = errUnknownTopicID
 			}
+		}
+		switch {
+		case !c.can(acl.OpRead, acl.ResourceGroup, body.Group):
+			topicCode = errGroupAuthorizationFailed
+		case topicCode == errNone && !c.can(acl.OpRead, acl.ResourceTopic, name):
+			topicCode = errTopicAuthorizationFailed
 		}
 		for _, p := range t.Partitions {
 			rp := kmsg.NewOffsetCommitResponseTopicPartition()

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/group"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -129,6 +130,9 @@ func (c *conn) fetchGroupOffsets(groupID string, topics []offsetFetchTopic, vers
 	if groupID == "" {
 		return failAll(errInvalidGroupID)
 	}
+	if !c.can(acl.OpDescribe, acl.ResourceGroup, groupID) {
+		return failAll(errGroupAuthorizationFailed)
+	}
 
 	var want []group.TopicPartition // nil: all
 	if topics != nil {
@@ -184,6 +188,10 @@ func (c *conn) fetchGroupOffsets(groupID string, topics []offsetFetchTopic, vers
 					ft.partitions = append(ft.partitions, noOffset(p, errUnknownTopicID))
 					continue
 				}
+				if !c.can(acl.OpDescribe, acl.ResourceTopic, name) {
+					ft.partitions = append(ft.partitions, noOffset(p, errTopicAuthorizationFailed))
+					continue
+				}
 				ft.partitions = append(ft.partitions, answer(group.TopicPartition{Topic: name, Partition: p}))
 			}
 			out = append(out, ft)
@@ -200,6 +208,9 @@ func (c *conn) fetchGroupOffsets(groupID string, topics []offsetFetchTopic, vers
 		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	for _, tp := range tps {
+		if !c.can(acl.OpDescribe, acl.ResourceTopic, tp.Topic) {
+			continue // not disclosed
+		}
 		if len(out) == 0 || out[len(out)-1].name != tp.Topic {
 			ft := offsetFetchedTopic{name: tp.Topic}
 			if byID {

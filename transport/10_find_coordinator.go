@@ -2,6 +2,7 @@ package transport
 
 import (
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -55,6 +56,10 @@ func findCoordinator(c *conn, req *request, body *kmsg.FindCoordinatorRequest) (
 			return err == nil
 		}
 		switch {
+		case body.CoordinatorType == coordinatorGroup && !c.can(acl.OpDescribe, acl.ResourceGroup, key):
+			co.ErrorCode, msg = errGroupAuthorizationFailed, "Authorization failed."
+		case body.CoordinatorType == coordinatorTransaction && !c.can(acl.OpDescribe, acl.ResourceTransactionalID, key):
+			co.ErrorCode, msg = errTransactionalIDAuthorizationFailed, "Authorization failed."
 		case body.CoordinatorType == coordinatorGroup:
 			// The leader of the group's offsets partition.
 			if at(c.s.b.GroupCoordinator(c.ctx, key)) {

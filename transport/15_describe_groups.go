@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/group"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -33,6 +34,12 @@ func describeGroups(c *conn, req *request, body *kmsg.DescribeGroupsRequest) (km
 		}
 		if id == "" {
 			rg.ErrorCode = errInvalidGroupID
+			resp.Groups = append(resp.Groups, rg)
+			continue
+		}
+		if !c.can(acl.OpDescribe, acl.ResourceGroup, id) {
+			rg.ErrorCode = errGroupAuthorizationFailed
+			rg.AuthorizedOperations = -2147483648 // Kafka's "not asked" value
 			resp.Groups = append(resp.Groups, rg)
 			continue
 		}

@@ -3,6 +3,7 @@ package transport
 import (
 	"strings"
 
+	"github.com/spoolmq/spool/acl"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -33,9 +34,15 @@ func listGroups(c *conn, req *request, body *kmsg.ListGroupsRequest) (kmsg.Respo
 		return false
 	}
 	resp := kmsg.NewPtrListGroupsResponse()
+	// DESCRIBE on the cluster lists every group; without it, the groups
+	// the principal may DESCRIBE.
+	all := c.canCluster(acl.OpDescribe)
 	for _, g := range c.s.b.Groups().List() {
 		state := g.State.String()
 		if !matches(body.StatesFilter, state) || !matches(body.TypesFilter, classicGroupType) {
+			continue
+		}
+		if !all && !c.can(acl.OpDescribe, acl.ResourceGroup, g.Group) {
 			continue
 		}
 		rg := kmsg.NewListGroupsResponseGroup()

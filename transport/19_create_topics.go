@@ -33,6 +33,8 @@ func createTopics(c *conn, req *request, body *kmsg.CreateTopicsRequest) (kmsg.R
 		var err error
 		if count[t.Topic] > 1 {
 			err = &apiError{errInvalidRequest, fmt.Sprintf("Create topics request contains multiple entries for topic %s", t.Topic)}
+		} else if !c.canCreateTopic(t.Topic) {
+			err = &apiError{errTopicAuthorizationFailed, "Authorization failed."}
 		} else {
 			err = c.createTopic(&rt, t, body.ValidateOnly, req.version)
 		}

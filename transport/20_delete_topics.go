@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -53,7 +54,11 @@ func deleteTopics(c *conn, req *request, body *kmsg.DeleteTopicsRequest) (kmsg.R
 		if err == nil {
 			name := names[i]
 			rt.Topic = &name
-			err = c.deleteTopic(name, count[name] > 1, &rt)
+			if !c.can(acl.OpDelete, acl.ResourceTopic, name) {
+				err = &apiError{errTopicAuthorizationFailed, "Authorization failed."}
+			} else {
+				err = c.deleteTopic(name, count[name] > 1, &rt)
+			}
 		}
 		rt.ErrorCode, rt.ErrorMessage = errorAndMessage(err)
 		resp.Topics = append(resp.Topics, rt)

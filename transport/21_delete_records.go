@@ -2,6 +2,7 @@ package transport
 
 import (
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -25,7 +26,9 @@ func deleteRecords(c *conn, req *request, body *kmsg.DeleteRecordsRequest) (kmsg
 		// Kafka refuses a topic whose cleanup policy does not delete: a
 		// compacted log keeps every key's latest record.
 		topicCode := errNone
-		if d, err := c.s.b.DescribeTopic(rt.Topic); err != nil {
+		if !c.can(acl.OpDelete, acl.ResourceTopic, rt.Topic) {
+			topicCode = errTopicAuthorizationFailed
+		} else if d, err := c.s.b.DescribeTopic(rt.Topic); err != nil {
 			topicCode = fetchErrorCode(err)
 		} else if d.Config.CleanupPolicy == spool.CleanupCompact {
 			topicCode = errPolicyViolation

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/partition"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -26,6 +27,10 @@ func offsetForLeaderEpoch(c *conn, req *request, body *kmsg.OffsetForLeaderEpoch
 			out.Default()
 			out.Partition = rp.Partition
 			out.LeaderEpoch, out.EndOffset = -1, -1
+			if !c.canCluster(acl.OpClusterAction) && !c.can(acl.OpDescribe, acl.ResourceTopic, rt.Topic) {
+				out.ErrorCode = errTopicAuthorizationFailed
+				continue
+			}
 			if req.version >= 3 && body.ReplicaID >= 0 && c.s.b.ReplicaNode() != nil && c.s.b.Quorum() != nil {
 				c.replicaEndOffsetForEpoch(rt.Topic, rp, out, body.ReplicaID)
 				continue

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/group"
 	"github.com/spoolmq/spool/txn"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -53,7 +54,9 @@ func txnOffsetCommit(c *conn, req *request, body *kmsg.TxnOffsetCommitRequest) (
 		for _, p := range t.Partitions {
 			rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
 			rp.Partition = p.Partition
-			if err := b.CheckPartition(t.Topic, p.Partition); err != nil {
+			if !c.can(acl.OpRead, acl.ResourceTopic, t.Topic) {
+				rp.ErrorCode = errTopicAuthorizationFailed
+			} else if err := b.CheckPartition(t.Topic, p.Partition); err != nil {
 				rp.ErrorCode = errorCode(err)
 			} else {
 				tp := group.TopicPartition{Topic: t.Topic, Partition: p.Partition}
@@ -70,6 +73,10 @@ func txnOffsetCommit(c *conn, req *request, body *kmsg.TxnOffsetCommitRequest) (
 	var results map[group.TopicPartition]error
 	code := errNone
 	switch {
+	case !c.can(acl.OpWrite, acl.ResourceTransactionalID, body.TransactionalID):
+		code = errTransactionalIDAuthorizationFailed
+	case !c.can(acl.OpRead, acl.ResourceGroup, body.Group):
+		code = errGroupAuthorizationFailed
 	case body.Group == "":
 		code = errInvalidGroupID
 	case body.TransactionalID == "":

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/group"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
@@ -534,6 +535,9 @@ func describeConfigs(c *conn, req *request, body *kmsg.DescribeConfigsRequest) (
 		rr := kmsg.NewDescribeConfigsResponseResource()
 		rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
 		views, err := c.describeResource(r.ResourceType, r.ResourceName)
+		if !c.canConfigs(acl.OpDescribeConfigs, r.ResourceType, r.ResourceName) {
+			views, err = nil, configsDenied(r.ResourceType)
+		}
 		if err != nil {
 			rr.ErrorCode = apiErrorCode(err)
 			msg := err.Error()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -27,6 +28,8 @@ func alterConfigs(c *conn, req *request, body *kmsg.AlterConfigsRequest) (kmsg.R
 		switch {
 		case dups[i]:
 			err = errDuplicateResource(r.ResourceType, r.ResourceName)
+		case !c.canConfigs(acl.OpAlterConfigs, r.ResourceType, r.ResourceName):
+			err = configsDenied(r.ResourceType)
 		case r.ResourceType == kmsg.ConfigResourceTypeTopic:
 			entries := make([]configEntry, len(r.Configs))
 			for j, e := range r.Configs {

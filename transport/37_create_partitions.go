@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"github.com/spoolmq/spool/acl"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -25,6 +26,8 @@ func createPartitions(c *conn, req *request, body *kmsg.CreatePartitionsRequest)
 		var err error
 		if count[t.Topic] > 1 {
 			err = &apiError{errInvalidRequest, "Duplicate topic in request: " + t.Topic}
+		} else if !c.can(acl.OpAlter, acl.ResourceTopic, t.Topic) {
+			err = &apiError{errTopicAuthorizationFailed, "Authorization failed."}
 		} else {
 			err = c.createPartitions(t, body.ValidateOnly)
 		}

@@ -1,6 +1,9 @@
 package transport
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/spoolmq/spool/acl"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
 // DeleteGroups v0-v3, served by the broker's group coordinator: a group
 // without members is deleted with its committed offsets; others get
@@ -22,6 +25,8 @@ func deleteGroups(c *conn, req *request, body *kmsg.DeleteGroupsRequest) (kmsg.R
 		rg.Group = id
 		if id == "" {
 			rg.ErrorCode = errInvalidGroupID
+		} else if !c.can(acl.OpDelete, acl.ResourceGroup, id) {
+			rg.ErrorCode = errGroupAuthorizationFailed
 		} else if err := c.s.b.Groups().Delete(id)[id]; err != nil {
 			rg.ErrorCode = errorCode(err)
 			if req.version >= 3 {

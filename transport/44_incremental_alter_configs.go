@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -26,6 +27,8 @@ func incrementalAlterConfigs(c *conn, req *request, body *kmsg.IncrementalAlterC
 		switch {
 		case dups[i]:
 			err = errDuplicateResource(r.ResourceType, r.ResourceName)
+		case !c.canConfigs(acl.OpAlterConfigs, r.ResourceType, r.ResourceName):
+			err = configsDenied(r.ResourceType)
 		case r.ResourceType == kmsg.ConfigResourceTypeTopic:
 			if err = checkIncrementalOps(r.Configs); err == nil {
 				ops := r.Configs

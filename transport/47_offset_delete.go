@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/group"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -29,7 +30,9 @@ func offsetDelete(c *conn, req *request, body *kmsg.OffsetDeleteRequest) (kmsg.R
 		for _, p := range t.Partitions {
 			rp := kmsg.NewOffsetDeleteResponseTopicPartition()
 			rp.Partition = p.Partition
-			if err := b.CheckPartition(t.Topic, p.Partition); err != nil {
+			if !c.can(acl.OpRead, acl.ResourceTopic, t.Topic) {
+				rp.ErrorCode = errTopicAuthorizationFailed
+			} else if err := b.CheckPartition(t.Topic, p.Partition); err != nil {
 				rp.ErrorCode = errorCode(err)
 			} else {
 				tp := group.TopicPartition{Topic: t.Topic, Partition: p.Partition}
@@ -42,6 +45,11 @@ func offsetDelete(c *conn, req *request, body *kmsg.OffsetDeleteRequest) (kmsg.R
 	}
 	if body.Group == "" {
 		resp.ErrorCode = errInvalidGroupID
+		resp.Topics = nil
+		return resp, nil
+	}
+	if !c.can(acl.OpDelete, acl.ResourceGroup, body.Group) {
+		resp.ErrorCode = errGroupAuthorizationFailed
 		resp.Topics = nil
 		return resp, nil
 	}

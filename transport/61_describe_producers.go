@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"errors"
+	"github.com/spoolmq/spool/acl"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -25,6 +27,9 @@ func describeProducers(c *conn, req *request, body *kmsg.DescribeProducersReques
 			p := kmsg.NewDescribeProducersResponseTopicPartition()
 			p.Partition = n
 			part, err := c.s.b.LeaderPartition(rt.Topic, n, -1)
+			if !c.can(acl.OpRead, acl.ResourceTopic, rt.Topic) {
+				part, err = nil, &apiError{errTopicAuthorizationFailed, "Authorization failed."}
+			}
 			if err == nil {
 				producers, perr := part.Producers()
 				err = perr
@@ -38,6 +43,9 @@ func describeProducers(c *conn, req *request, body *kmsg.DescribeProducersReques
 			if err != nil {
 				msg := err.Error()
 				p.ErrorCode, p.ErrorMessage = produceErrorCode(err), &msg
+				if ae := (*apiError)(nil); errors.As(err, &ae) {
+					p.ErrorCode = ae.code
+				}
 			}
 			t.Partitions = append(t.Partitions, p)
 		}

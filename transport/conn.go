@@ -248,7 +248,13 @@ func (c *conn) handle(frame []byte) (ok bool) {
 		c.s.logger.Debug("request before SASL authentication; closing", "remote", c.remote, "key", req.key)
 		return false
 	}
-	resp, err := c.dispatch(req)
+	var resp responseWriter
+	if denial := c.gate(req); denial != nil {
+		denial.SetVersion(req.version)
+		resp = encoded(denial)
+	} else {
+		resp, err = c.dispatch(req)
+	}
 	// The request is served: its frame's memory goes back to the pool
 	// before the response is written, which a slow reader may stretch.
 	// What a handler keeps of a request past this (a group member's

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 )
 
 // Defaults, with the Kafka settings they mirror. Kafka leaves connections
@@ -107,6 +108,14 @@ type Options struct {
 	// change. Connections of a cluster node's controller listener are not
 	// affected.
 	TLS *tls.Config
+	// Authorizer, when set, enforces ACLs (authorizer.class.name): every
+	// request's operations are checked against it for the connection's
+	// principal (User:ANONYMOUS without SASL or a client certificate),
+	// and what is not allowed is denied with Kafka's authorization errors;
+	// see authz.go. CreateAcls, DescribeAcls and DeleteAcls manage it.
+	// Without it every client may do everything, and the ACL APIs answer
+	// SECURITY_DISABLED.
+	Authorizer *acl.Authorizer
 	// SSLPrincipalMappingRules maps a client certificate's subject
 	// distinguished name (RFC 2253) to the connection's principal name
 	// (ssl.principal.mapping.rules): rules such as

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/txn"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -107,12 +108,28 @@ func initTransactional(c *conn, req *request, body *kmsg.InitProducerIDRequest, 
 func addPartitionsToTxn(c *conn, req *request, body *kmsg.AddPartitionsToTxnRequest) (kmsg.Response, error) {
 	resp := body.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
 	var tps []txn.TopicPartition
+	denied := map[string]bool{} // topics the principal may not WRITE
 	for _, t := range body.Topics {
+		if !c.can(acl.OpWrite, acl.ResourceTopic, t.Topic) {
+			denied[t.Topic] = true
+		}
 		for _, p := range t.Partitions {
 			tps = append(tps, txn.TopicPartition{Topic: t.Topic, Partition: p})
 		}
 	}
-	results, err := c.s.b.Transactions().AddPartitions(c.ctx, body.TransactionalID, body.ProducerID, body.ProducerEpoch, tps)
+	// Authorization first: the transactional id, then every topic; a
+	// denial adds nothing.
+	var results map[txn.TopicPartition]error
+	var err error
+	authCode := errNone
+	switch {
+	case !c.can(acl.OpWrite, acl.ResourceTransactionalID, body.TransactionalID):
+		authCode = errTransactionalIDAuthorizationFailed
+	case len(denied) > 0:
+		authCode = errOperationNotAttempted
+	default:
+		results, err = c.s.b.Transactions().AddPartitions(c.ctx, body.TransactionalID, body.ProducerID, body.ProducerEpoch, tps)
+	}
 	for _, t := range body.Topics {
 		rt := kmsg.NewAddPartitionsToTxnResponseTopic()
 		rt.Topic = t.Topic
@@ -124,6 +141,12 @@ func addPartitionsToTxn(c *conn, req *request, body *kmsg.AddPartitionsToTxnRequ
 				perr = results[txn.TopicPartition{Topic: t.Topic, Partition: p}]
 			}
 			rp.ErrorCode = txnErrorCode(perr, req.key, req.version)
+			switch {
+			case authCode == errOperationNotAttempted && denied[t.Topic]:
+				rp.ErrorCode = errTopicAuthorizationFailed
+			case authCode != errNone:
+				rp.ErrorCode = authCode
+			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)
@@ -184,6 +207,11 @@ func describeTransactions(c *conn, req *request, body *kmsg.DescribeTransactions
 		rd := kmsg.NewDescribeTransactionsResponseTransactionState()
 		rd.TransactionalID = d.TransactionalID
 		rd.StartTimestamp = -1
+		if !c.can(acl.OpDescribe, acl.ResourceTransactionalID, d.TransactionalID) {
+			rd.ErrorCode = errTransactionalIDAuthorizationFailed
+			resp.TransactionStates = append(resp.TransactionStates, rd)
+			continue
+		}
 		if d.Err != nil {
 			rd.ErrorCode = txnErrorCode(d.Err, req.key, req.version)
 			resp.TransactionStates = append(resp.TransactionStates, rd)
@@ -222,6 +250,9 @@ func listTransactions(c *conn, req *request, body *kmsg.ListTransactionsRequest)
 	}
 	resp.UnknownStateFilters = unknown
 	for _, l := range list {
+		if !c.can(acl.OpDescribe, acl.ResourceTransactionalID, l.TransactionalID) {
+			continue // listed only to those who may describe it
+		}
 		rs := kmsg.NewListTransactionsResponseTransactionState()
 		rs.TransactionalID, rs.ProducerID, rs.TransactionState = l.TransactionalID, l.ProducerID, l.State.String()
 		resp.TransactionStates = append(resp.TransactionStates, rs)
