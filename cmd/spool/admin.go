@@ -41,13 +41,17 @@ type adminClient struct {
 // newAdminClient returns a client of the brokers at servers (host:port,
 // checked by the caller). It connects on its first request. timeout bounds
 // every request, its retries included, and each connection attempt.
-func newAdminClient(servers []string, timeout time.Duration) (*adminClient, error) {
-	cl, err := kgo.NewClient(
+func newAdminClient(servers []string, timeout time.Duration, sec *clientSecurity) (*adminClient, error) {
+	secOpts, err := sec.opts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(servers...),
 		kgo.DialTimeout(min(timeout, 10*time.Second)),
 		kgo.RetryTimeout(timeout),
 		kgo.ClientID("spool-topics"),
-	)
+	}, secOpts...)...)
 	if err != nil {
 		return nil, err
 	}

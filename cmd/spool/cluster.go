@@ -31,6 +31,7 @@ type clusterFlags struct {
 	bootstrap string
 	timeout   time.Duration
 	servers   []string // parsed from bootstrap by check
+	sec       *clientSecurity
 }
 
 // newClusterFlagSet returns the flag set of "spool cluster NAME", with
@@ -40,6 +41,7 @@ func newClusterFlagSet(name, args, doc string, stderr io.Writer) (*flag.FlagSet,
 	fs.SetOutput(stderr)
 	cf := &clusterFlags{fs: fs}
 	fs.StringVar(&cf.bootstrap, "bootstrap-server", "", "the cluster to describe: `host:port[,host:port...]`, one or more of its brokers (required)")
+	cf.sec = addClientSecurityFlags(fs)
 	fs.DurationVar(&cf.timeout, "timeout", defaultAdminTimeout, "how long to wait for the brokers to answer")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spool cluster %s %s\n\n%s\n\nFlags:\n", name, args, doc)
@@ -69,7 +71,7 @@ func (cf *clusterFlags) check() (int, bool) {
 // dial returns an admin client of the --bootstrap-server brokers and a
 // context bounded by --timeout, printing why not on stderr.
 func (cf *clusterFlags) dial(ctx context.Context, name string, stderr io.Writer) (*adminClient, context.Context, context.CancelFunc, bool) {
-	a, err := newAdminClient(cf.servers, cf.timeout)
+	a, err := newAdminClient(cf.servers, cf.timeout, cf.sec)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return nil, nil, nil, false

@@ -68,6 +68,7 @@ type opFlags struct {
 	bootstrap string
 	timeout   time.Duration
 	servers   []string
+	sec       *clientSecurity
 }
 
 func newOpFlagSet(group, name, args, doc string, stderr io.Writer) (*flag.FlagSet, *opFlags) {
@@ -76,6 +77,7 @@ func newOpFlagSet(group, name, args, doc string, stderr io.Writer) (*flag.FlagSe
 	of := &opFlags{fs: fs}
 	fs.StringVar(&of.bootstrap, "bootstrap-server", "", "the running cluster, `host:port[,host:port...]` (one or more of its brokers); required")
 	fs.DurationVar(&of.timeout, "timeout", defaultAdminTimeout, "how long to wait for the brokers to answer")
+	of.sec = addClientSecurityFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spool %s %s %s\n\n%s\n\nFlags:\n", group, name, args, doc)
 		printFlags(fs)
@@ -101,7 +103,7 @@ func (of *opFlags) check() (code int, ok bool) {
 }
 
 func (of *opFlags) dial(ctx context.Context, name string, stderr io.Writer) (*adminClient, context.Context, context.CancelFunc, bool) {
-	a, err := newAdminClient(of.servers, of.timeout)
+	a, err := newAdminClient(of.servers, of.timeout, of.sec)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return nil, nil, nil, false

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/controller"
 	"github.com/spoolmq/spool/transport"
 )
@@ -64,6 +66,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	tlsKey := fs.String("tls-key", "", "the PEM private key `file` of --tls-cert")
 	tlsCA := fs.String("tls-client-ca", "", "require TLS clients to present a certificate signed by a CA in this PEM `file` (mutual TLS); the certificate's subject becomes the principal. On a cluster node, the nodes' certificates must be signed by it too")
 	principalRules := fs.String("ssl-principal-mapping-rules", "", "map client certificates' subjects to principals with Kafka's `rules` (ssl.principal.mapping.rules), e.g. 'RULE:^CN=([^,]*),.*$/$1/L,DEFAULT' (default DEFAULT: the whole subject)")
+	authorizer := fs.Bool("authorizer", false, "enforce ACLs (authorizer.class.name): every request is denied unless an ACL allows it or the principal is a super user; ACLs are kept in the data directory's \"acls\" file and managed with \"spool acls\" (any Kafka admin client)")
+	superUsers := fs.String("super-users", "", "principals allowed everything, `User:a;User:b` (super.users); with --authorizer")
 	ctrlListen := fs.String("controller-listen", "", "the `host:port` of this node's controller listener (Raft and the controller's requests); a voter's defaults to its entry in --controller-quorum-voters")
 	voters := fs.String("controller-quorum-voters", "", "makes this a cluster node: the controller quorum as `id@host:port,...` (controller.quorum.voters), the same on every node; a node listed is controller and broker, any other a broker only")
 	clusterID := fs.String("cluster-id", "", "the `id` of the cluster this node must belong to (default: adopt the cluster's, or name a new one)")
@@ -135,6 +139,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	case *tlsCA != "":
 		return usageError(fs, "--tls-client-ca needs --tls-cert and --tls-key")
 	}
+	if *superUsers != "" && !*authorizer {
+		return usageError(fs, "--super-users needs --authorizer")
+	}
 	if err := transport.CheckPrincipalMappingRules(*principalRules); err != nil {
 		return usageError(fs, "--ssl-principal-mapping-rules: %v", err)
 	}
@@ -167,6 +174,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	bopts.Topic.ReplicationFactor, bopts.Topic.MinInSyncReplicas = *rf, *minISR
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opts.Logger = logger
+	if *voters != "" && *authorizer {
+		return usageError(fs, "--authorizer on a cluster node is not supported yet: the ACLs would have to live in the cluster's metadata log, the same on every node")
+	}
 	if *voters != "" {
 		vs, err := controller.ParseVoters(*voters)
 		if err != nil {
@@ -203,6 +213,21 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		stopReload := reloadOnHangup(tlsFiles, logger)
 		defer stopReload()
 		return serveNode(ctx, cfg, logger, stderr)
+	}
+	if *authorizer {
+		// ACLs live beside the registry; in a cluster they would have to
+		// be in the metadata log, the same on every node.
+		store, bindings, err := acl.OpenFile(filepath.Join(bf.data, aclsFile))
+		if err != nil {
+			fmt.Fprintf(stderr, "spool serve: %v\n", err)
+			return exitProblem
+		}
+		a, err := acl.New(acl.Config{SuperUsers: acl.ParseSuperUsers(*superUsers), Bindings: bindings, Store: store})
+		if err != nil {
+			return usageError(fs, "--super-users %q: %v", *superUsers, err)
+		}
+		opts.Authorizer = a
+		logger.Info("authorizer on", "acls", a.Len(), "super_users", *superUsers)
 	}
 	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 || dialMap != nil {
 		return usageError(fs, "--controller-listen, --cluster-id, --session-timeout and --dial-map need --controller-quorum-voters")
@@ -374,3 +399,7 @@ func reloadOnHangup(f *transport.TLSFiles, logger *slog.Logger) func() {
 		close(done)
 	}
 }
+
+// aclsFile is the file of a standalone data directory that holds its ACLs
+// (spool serve --authorizer; package acl's FileStore format).
+const aclsFile = "acls"

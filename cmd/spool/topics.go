@@ -47,6 +47,7 @@ type topicsFlags struct {
 	bootstrap string
 	timeout   time.Duration
 	servers   []string // parsed from bootstrap by mode
+	sec       *clientSecurity
 }
 
 // newTopicsFlagSet returns the flag set of "spool topics NAME", with the
@@ -55,6 +56,7 @@ func newTopicsFlagSet(name, args, doc string, stderr io.Writer) (*flag.FlagSet, 
 	fs, bf := newSubcommandFlagSet("topics", name, args, doc, stderr)
 	tf := &topicsFlags{brokerFlags: bf, fs: fs}
 	fs.StringVar(&tf.bootstrap, "bootstrap-server", "", "instead of opening --data, reach a running broker or cluster over the Kafka protocol at `host:port[,host:port...]` (one or more of its brokers)")
+	tf.sec = addClientSecurityFlags(fs)
 	fs.DurationVar(&tf.timeout, "timeout", defaultAdminTimeout, "with --bootstrap-server: how long to wait for the brokers to answer")
 	return fs, tf
 }
@@ -94,7 +96,7 @@ func (tf *topicsFlags) mode(remoteOnly ...string) (remote bool, code int, ok boo
 // dial returns an admin client of the --bootstrap-server brokers and a
 // context bounded by --timeout, printing why not on stderr.
 func (tf *topicsFlags) dial(ctx context.Context, name string, stderr io.Writer) (*adminClient, context.Context, context.CancelFunc, bool) {
-	a, err := newAdminClient(tf.servers, tf.timeout)
+	a, err := newAdminClient(tf.servers, tf.timeout, tf.sec)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return nil, nil, nil, false
