@@ -326,4 +326,6 @@ func ParsePattern(s string) (PatternType, bool) {
 	return PatternUnknown, false
 }
 
-func normalize(s string) string { return strings.ReplaceAll(strings.ToUpper(strings.TrimSpace(s)), "-", "_") }
+func normalize(s string) string {
+	return strings.ReplaceAll(strings.ToUpper(strings.TrimSpace(s)), "-", "_")
+}

@@ -54,7 +54,7 @@ func TestAuthorize(t *testing.T) {
 		{"User:ops", "1.2.3.4", OpDescribeConfigs, ResourceCluster, ClusterName, true},
 		{"User:ops", "1.2.3.4", OpAlter, ResourceCluster, ClusterName, false},
 		{"User:carol", "10.0.0.7", OpWrite, ResourceTopic, "metrics", true},
-		{"User:carol", "10.0.0.8", OpWrite, ResourceTopic, "metrics", false}, // another host
+		{"User:carol", "10.0.0.8", OpWrite, ResourceTopic, "metrics", false},   // another host
 		{"User:root", "1.2.3.4", OpDelete, ResourceCluster, ClusterName, true}, // super user
 		{"User:nobody", "1.2.3.4", OpRead, ResourceTopic, "nothing-here", false},
 	} {
