@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
 	"github.com/stretchr/testify/require"
@@ -559,6 +561,25 @@ func fzSeed(t testing.TB, key int16, topicID [16]byte) kmsg.Request {
 		r := kmsg.NewPtrDescribeProducersRequest()
 		r.Topics = []kmsg.DescribeProducersRequestTopic{{Topic: fzTopic, Partitions: []int32{0, 1, 9}}, {Topic: "unknown", Partitions: []int32{0}}}
 		return r
+	case kmsg.CreateACLs:
+		r := kmsg.NewPtrCreateACLsRequest()
+		c := kmsg.NewCreateACLsRequestCreation()
+		c.ResourceType, c.ResourceName, c.ResourcePatternType = kmsg.ACLResourceTypeTopic, "fz-", kmsg.ACLResourcePatternTypePrefixed
+		c.Principal, c.Host, c.Operation, c.PermissionType = "User:fuzz", "*", kmsg.ACLOperationRead, kmsg.ACLPermissionTypeDeny
+		r.Creations = append(r.Creations, c)
+		return r
+	case kmsg.DescribeACLs:
+		r := kmsg.NewPtrDescribeACLsRequest()
+		r.ResourceType, r.ResourceName, r.ResourcePatternType = kmsg.ACLResourceTypeTopic, str(fzTopic), kmsg.ACLResourcePatternTypeMatch
+		r.Operation, r.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+		return r
+	case kmsg.DeleteACLs:
+		r := kmsg.NewPtrDeleteACLsRequest()
+		f := kmsg.NewDeleteACLsRequestFilter()
+		f.ResourceType, f.ResourcePatternType, f.Principal = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny, str("User:fuzz")
+		f.Operation, f.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+		r.Filters = append(r.Filters, f)
+		return r
 	}
 	return kmsg.RequestForKey(key) // the defaults of an API added later
 }
@@ -642,7 +663,21 @@ func (h *fzAPIServer) start() {
 			require.NoError(t, err)
 		}
 	}
-	h.s, err = NewServer(h.b, Options{MaxRequestBytes: 1 << 20, IdleTimeout: fzTimeout, Logger: h.alarm.logger()})
+	// An authorizer, so that the ACL APIs store what they decode (in the
+	// broker's directory, a file) and every handler's checks run: the
+	// fuzzer's connection (User:ANONYMOUS) may do everything, by ACLs.
+	store, _, err := acl.OpenFile(filepath.Join(h.dir, "acls"))
+	require.NoError(t, err)
+	var everything []acl.Binding
+	for _, rt := range []acl.ResourceType{acl.ResourceTopic, acl.ResourceGroup, acl.ResourceTransactionalID} {
+		everything = append(everything, acl.Binding{ResourceType: rt, Name: acl.Wildcard, Pattern: acl.PatternLiteral,
+			Principal: "User:*", Host: acl.Wildcard, Operation: acl.OpAll, Permission: acl.Allow})
+	}
+	everything = append(everything, acl.Binding{ResourceType: acl.ResourceCluster, Name: acl.ClusterName, Pattern: acl.PatternLiteral,
+		Principal: "User:*", Host: acl.Wildcard, Operation: acl.OpAll, Permission: acl.Allow})
+	authz, err := acl.New(acl.Config{Bindings: everything, Store: store})
+	require.NoError(t, err)
+	h.s, err = NewServer(h.b, Options{MaxRequestBytes: 1 << 20, IdleTimeout: fzTimeout, Logger: h.alarm.logger(), Authorizer: authz})
 	require.NoError(t, err)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
