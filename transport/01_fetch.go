@@ -158,6 +158,19 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 	if err := longPoll(c, body, req.version, parts); err != nil {
 		return nil, err
 	}
+	// consumer_byte_rate: a response that would take the consumer over
+	// its quota goes out empty, with the wait.
+	var read int64
+	for i := range parts {
+		read += parts[i].span.Len()
+	}
+	if wait := c.fetchQuota(req, read); wait > 0 {
+		for i := range parts {
+			releaseSpan(&parts[i].span)
+			parts[i].aborted = nil
+		}
+		c.throttle(wait, resp)
+	}
 
 	// The response, with every partition's RecordBatches empty: the
 	// record bytes are spliced in as it is written.

@@ -46,6 +46,11 @@ type conn struct {
 	stopOnce   sync.Once
 	busy       sync.Mutex // held while a request is served
 	closeAfter bool       // close once the current response is written
+
+	// throttledUntil is when the connection may be read again after a
+	// response that told the client to wait (quotas, KIP-219): it is
+	// muted until then.
+	throttledUntil time.Time
 }
 
 // request is a decoded request with its header.
@@ -53,6 +58,7 @@ type request struct {
 	key, version  int16
 	correlationID int32
 	clientID      string
+	size          int // the frame's bytes, size prefix included (producer_byte_rate)
 	body          kmsg.Request
 	// flexible: the response header has a tag buffer (a flexible version,
 	// other than ApiVersions).
@@ -107,6 +113,15 @@ func (c *conn) serve() {
 		return
 	}
 	for !c.stopping.Load() {
+		if wait := time.Until(c.throttledUntil); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-c.stop:
+				t.Stop()
+				return
+			}
+		}
 		c.nc.SetReadDeadline(time.Now().Add(c.s.opts.IdleTimeout))
 		frame, err := c.readFrame()
 		if err != nil {
@@ -301,6 +316,7 @@ func (c *conn) parse(frame []byte) (*request, error) {
 		key:           int16(binary.BigEndian.Uint16(frame[0:])),
 		version:       int16(binary.BigEndian.Uint16(frame[2:])),
 		correlationID: int32(binary.BigEndian.Uint32(frame[4:])),
+		size:          len(frame) + 4,
 	}
 	h, ok := c.handlerFor(req.key)
 	if !ok || h.serve == nil {

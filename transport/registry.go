@@ -2,6 +2,7 @@ package transport
 
 import (
 	"sort"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -25,9 +26,14 @@ func register[Req kmsg.Request](key kmsg.Key, min, max int16, fn func(c *conn, r
 
 func makeHandler[Req kmsg.Request](min, max int16, fn func(c *conn, req *request, body Req) (kmsg.Response, error)) handler {
 	return handler{min: min, max: max, serve: func(c *conn, req *request) (responseWriter, error) {
+		start := time.Now()
 		resp, err := fn(c, req, req.body.(Req))
-		if err != nil || resp == nil {
+		if err != nil {
 			return nil, err
+		}
+		c.applyQuotas(req, start, resp) // resp nil: an acks=0 produce, counted too
+		if resp == nil {
+			return nil, nil
 		}
 		resp.SetVersion(req.version)
 		return encoded(resp), nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/acl"
+	"github.com/spoolmq/spool/quota"
 )
 
 // Defaults, with the Kafka settings they mirror. Kafka leaves connections
@@ -116,6 +117,10 @@ type Options struct {
 	// Without it every client may do everything, and the ACL APIs answer
 	// SECURITY_DISABLED.
 	Authorizer *acl.Authorizer
+	// Quotas, when set, enforces client quotas (producer_byte_rate,
+	// consumer_byte_rate, request_percentage) and serves
+	// DescribeClientQuotas and AlterClientQuotas: see quotas.go.
+	Quotas *quota.Manager
 	// SSLPrincipalMappingRules maps a client certificate's subject
 	// distinguished name (RFC 2253) to the connection's principal name
 	// (ssl.principal.mapping.rules): rules such as

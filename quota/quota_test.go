@@ -1,0 +1,129 @@
+package quota
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func user(u string) Entity          { return Entity{HasUser: true, User: u} }
+func client(c string) Entity        { return Entity{HasClient: true, ClientID: c} }
+func userClient(u, c string) Entity { return Entity{HasUser: true, User: u, HasClient: true, ClientID: c} }
+
+var (
+	defUser       = Entity{HasUser: true, UserDefault: true}
+	defClient     = Entity{HasClient: true, ClientDefault: true}
+	defUserClient = Entity{HasUser: true, UserDefault: true, HasClient: true, ClientDefault: true}
+)
+
+// Kafka's eight levels, most specific first.
+func TestResolutionOrder(t *testing.T) {
+	levels := []Entity{
+		userClient("alice", "app"),
+		{HasUser: true, User: "alice", HasClient: true, ClientDefault: true},
+		user("alice"),
+		{HasUser: true, UserDefault: true, HasClient: true, ClientID: "app"},
+		defUserClient,
+		defUser,
+		client("app"),
+		defClient,
+	}
+	qs := map[Entity]map[Key]float64{}
+	for i, e := range levels {
+		qs[e] = map[Key]float64{ProducerByteRate: float64(i + 1)}
+	}
+	for i := range levels {
+		m, err := New(Config{Quotas: qs})
+		require.NoError(t, err)
+		v, ok := m.Limit(ProducerByteRate, "alice", "app")
+		require.True(t, ok)
+		require.Equal(t, float64(i+1), v, "level %d (%v) applies while configured", i+1, levels[i])
+		delete(qs, levels[i])
+	}
+	m, err := New(Config{Quotas: qs})
+	require.NoError(t, err)
+	_, ok := m.Limit(ProducerByteRate, "alice", "app")
+	require.False(t, ok, "nothing configured: no quota")
+}
+
+// The rate is measured over the time since the oldest sample, at least a
+// window; a client over its quota waits (O-T)/T of that; a user's quota is
+// one bucket for all its client ids; a default gives each user a bucket
+// of its own.
+func TestRecordAndThrottle(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m, err := New(Config{Now: func() time.Time { return now }, Quotas: map[Entity]map[Key]float64{
+		user("alice"): {ProducerByteRate: 100},
+		defUser:       {ProducerByteRate: 50},
+	}})
+	require.NoError(t, err)
+	// One window's worth at once is within 100 B/s.
+	require.Zero(t, m.Record(ProducerByteRate, "alice", "a", 100))
+	// 50 more from another client id: 150 B over 1 s; wait (150-100)/100 s.
+	require.Equal(t, 500*time.Millisecond, m.Record(ProducerByteRate, "alice", "b", 50), "client ids share alice's bucket")
+	// Four seconds on: 150 B over 4 s is within the quota again.
+	now = now.Add(4 * time.Second)
+	require.Zero(t, m.Record(ProducerByteRate, "alice", "a", 100)) // 250 B over 4 s
+	require.Equal(t, 2*time.Second, m.Record(ProducerByteRate, "alice", "a", 350), "600 B over 4 s: (150-100)/100 of 4 s")
+	// bob and carol each have 50 B/s of their own (the default).
+	require.Zero(t, m.Record(ProducerByteRate, "bob", "x", 50))
+	require.Zero(t, m.Record(ProducerByteRate, "carol", "x", 50))
+	require.Equal(t, time.Second, m.Record(ProducerByteRate, "bob", "x", 50))
+	// Check does not count a value that would throttle.
+	require.Equal(t, 2*time.Second, m.Check(ProducerByteRate, "carol", "x", 100))
+	require.Zero(t, m.Check(ProducerByteRate, "carol", "x", 0), "carol's refused 100 bytes were not counted")
+	// Eleven windows later the old samples have expired.
+	now = now.Add(11 * time.Second)
+	require.Zero(t, m.Record(ProducerByteRate, "alice", "a", 100))
+}
+
+func TestRequestPercentageThrottleIsCapped(t *testing.T) {
+	now := time.Unix(0, 0)
+	m, err := New(Config{Now: func() time.Time { return now }, Quotas: map[Entity]map[Key]float64{defClient: {RequestPercentage: 10}}})
+	require.NoError(t, err)
+	require.Equal(t, time.Second, m.Record(RequestPercentage, "u", "c", 1e6), "at most one window")
+}
+
+func TestAlterAndFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "quotas")
+	store, qs, err := OpenFile(path)
+	require.NoError(t, err)
+	require.Empty(t, qs)
+	m, err := New(Config{Store: store})
+	require.NoError(t, err)
+	errs := m.Alter([]Entity{
+		user("alice"),
+		{}, // no user, no client id
+		client("c"),
+		client("d"),
+		client("e"),
+	}, [][]Op{
+		{{Key: ProducerByteRate, Value: 1 << 20}, {Key: RequestPercentage, Value: 12.5}},
+		{{Key: ProducerByteRate, Value: 1}},
+		{{Key: "bogus", Value: 1}},
+		{{Key: ConsumerByteRate, Value: 1.5}},
+		{{Key: ConsumerByteRate, Value: 1}, {Key: ConsumerByteRate, Value: 2}},
+	}, false)
+	require.NoError(t, errs[0])
+	for _, e := range errs[1:] {
+		require.ErrorIs(t, e, ErrInvalid)
+	}
+	_, qs, err = OpenFile(path)
+	require.NoError(t, err)
+	require.Equal(t, map[Entity]map[Key]float64{user("alice"): {ProducerByteRate: 1 << 20, RequestPercentage: 12.5}}, qs)
+
+	require.NoError(t, m.Alter([]Entity{user("alice")}, [][]Op{{{Key: ProducerByteRate, Remove: true}, {Key: RequestPercentage, Remove: true}}}, false)[0])
+	require.Empty(t, m.Quotas(), "an entity with no keys left is gone")
+	require.NoError(t, m.Alter([]Entity{user("bob")}, [][]Op{{{Key: ProducerByteRate, Value: 5}}}, true)[0])
+	require.Empty(t, m.Quotas(), "validate only changes nothing")
+
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	data[3] ^= 1
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	_, _, err = OpenFile(path)
+	require.ErrorIs(t, err, ErrBadFile)
+}
