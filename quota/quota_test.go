@@ -9,9 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func user(u string) Entity          { return Entity{HasUser: true, User: u} }
-func client(c string) Entity        { return Entity{HasClient: true, ClientID: c} }
-func userClient(u, c string) Entity { return Entity{HasUser: true, User: u, HasClient: true, ClientID: c} }
+func user(u string) Entity   { return Entity{HasUser: true, User: u} }
+func client(c string) Entity { return Entity{HasClient: true, ClientID: c} }
+func userClient(u, c string) Entity {
+	return Entity{HasUser: true, User: u, HasClient: true, ClientID: c}
+}
 
 var (
 	defUser       = Entity{HasUser: true, UserDefault: true}

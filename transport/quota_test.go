@@ -234,6 +234,6 @@ func TestClientQuotasRequests(t *testing.T) {
 
 type throttleHook func(int32)
 
-func (h throttleHook) OnBrokerThrottle(_ kgo.BrokerMetadata, ms time.Duration, _ bool) { h(int32(ms.Milliseconds())) }
-
-
+func (h throttleHook) OnBrokerThrottle(_ kgo.BrokerMetadata, ms time.Duration, _ bool) {
+	h(int32(ms.Milliseconds()))
+}
