@@ -20,6 +20,7 @@ import (
 
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/acl"
+	"github.com/spoolmq/spool/quota"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
 	"github.com/stretchr/testify/require"
@@ -561,6 +562,17 @@ func fzSeed(t testing.TB, key int16, topicID [16]byte) kmsg.Request {
 		r := kmsg.NewPtrDescribeProducersRequest()
 		r.Topics = []kmsg.DescribeProducersRequestTopic{{Topic: fzTopic, Partitions: []int32{0, 1, 9}}, {Topic: "unknown", Partitions: []int32{0}}}
 		return r
+	case kmsg.AlterClientQuotas:
+		r := kmsg.NewPtrAlterClientQuotasRequest()
+		e := kmsg.NewAlterClientQuotasRequestEntry()
+		e.Entity = []kmsg.AlterClientQuotasRequestEntryEntity{{Type: "client-id", Name: str("fuzz")}}
+		e.Ops = []kmsg.AlterClientQuotasRequestEntryOp{{Key: "request_percentage", Value: 1e6}}
+		r.Entries = append(r.Entries, e)
+		return r
+	case kmsg.DescribeClientQuotas:
+		r := kmsg.NewPtrDescribeClientQuotasRequest()
+		r.Components = []kmsg.DescribeClientQuotasRequestComponent{{EntityType: "user", MatchType: 2}}
+		return r
 	case kmsg.CreateACLs:
 		r := kmsg.NewPtrCreateACLsRequest()
 		c := kmsg.NewCreateACLsRequestCreation()
@@ -677,7 +689,11 @@ func (h *fzAPIServer) start() {
 		Principal: "User:*", Host: acl.Wildcard, Operation: acl.OpAll, Permission: acl.Allow})
 	authz, err := acl.New(acl.Config{Bindings: everything, Store: store})
 	require.NoError(t, err)
-	h.s, err = NewServer(h.b, Options{MaxRequestBytes: 1 << 20, IdleTimeout: fzTimeout, Logger: h.alarm.logger(), Authorizer: authz})
+	qstore, _, err := quota.OpenFile(filepath.Join(h.dir, "quotas"))
+	require.NoError(t, err)
+	quotas, err := quota.New(quota.Config{Store: qstore})
+	require.NoError(t, err)
+	h.s, err = NewServer(h.b, Options{MaxRequestBytes: 1 << 20, IdleTimeout: fzTimeout, Logger: h.alarm.logger(), Authorizer: authz, Quotas: quotas})
 	require.NoError(t, err)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -91,3 +92,47 @@ func TestServeAuthorizerRefusals(t *testing.T) {
 		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
 	}
 }
+
+// "spool quotas": set a producer byte rate for a client id on a served
+// broker, see it described, throttle a client, remove it; it survives a
+// restart (the data directory's quotas file).
+func TestServeQuotasCommand(t *testing.T) {
+	data := t.TempDir()
+	s := startServe(t, "--data", data)
+	at := func(cmd ...string) []string { return append(cmd, "--bootstrap-server", s.addr, "--timeout", "10s") }
+	code, stdout, stderr := runTool(t, at("quotas", "alter", "--client-id", "slow", "--set", "producer_byte_rate=1024,request_percentage=50")...)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "Quotas changed.")
+	code, _, stderr = runTool(t, at("quotas", "alter", "--client-id", "slow", "--set", "producer_byte_rate=-5")...)
+	require.Equal(t, exitProblem, code)
+	require.Contains(t, stderr, "INVALID_REQUEST")
+	code, _, _ = runTool(t, at("quotas", "alter", "--user", "a", "--user-default", "--set", "producer_byte_rate=1")...)
+	require.Equal(t, exitUsage, code)
+
+	require.Equal(t, 0, s.stop(t, syscall.SIGTERM))
+	s = startServe(t, "--data", data)
+	code, stdout, stderr = runTool(t, at("quotas", "describe")...)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "client-id=slow")
+	require.Contains(t, stdout, "producer_byte_rate=1024")
+
+	var throttled atomic.Int64
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.addr), kgo.ClientID("slow"), kgo.DefaultProduceTopic("t"), kgo.AllowAutoTopicCreation(),
+		kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.WithHooks(throttleSeen(func(d time.Duration) { throttled.Store(int64(d)) })))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Value: make([]byte, 4096)}).FirstErr())
+	require.Positive(t, throttled.Load(), "the broker told the client to slow down")
+
+	code, _, stderr = runTool(t, at("quotas", "alter", "--client-id", "slow", "--remove", "producer_byte_rate,request_percentage")...)
+	require.Equal(t, exitOK, code, stderr)
+	code, stdout, _ = runTool(t, at("quotas", "describe")...)
+	require.Equal(t, exitOK, code)
+	require.NotContains(t, stdout, "slow")
+}
+
+type throttleSeen func(time.Duration)
+
+func (h throttleSeen) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, _ bool) { h(d) }

@@ -159,6 +159,7 @@ var commands = []command{
 	{"leaders", "elect --bootstrap-server H:P --type preferred|unclean [flags]", "elect partition leaders in a cluster", runLeaders},
 	{"brokers", "unregister --bootstrap-server H:P --id N", "remove a decommissioned broker from a cluster", runBrokers},
 	{"acls", "create|list|delete --bootstrap-server H:P [flags]", "manage the ACLs of a broker serving with --authorizer", runACLs},
+	{"quotas", "alter|describe --bootstrap-server H:P [flags]", "set and show client quotas (byte rates, request share)", runQuotas},
 	{"produce", "--topic T [flags]", "produce stdin's lines as records", runProduce},
 	{"consume", "--topic T [flags]", "print a topic's records", runConsume},
 	{"perf", "produce|consume --topic T [flags]", "measure producer or consumer throughput and latency", runPerf},

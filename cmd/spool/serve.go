@@ -21,6 +21,7 @@ import (
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/acl"
 	"github.com/spoolmq/spool/controller"
+	"github.com/spoolmq/spool/quota"
 	"github.com/spoolmq/spool/transport"
 )
 
@@ -229,6 +230,17 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		opts.Authorizer = a
 		logger.Info("authorizer on", "acls", a.Len(), "super_users", *superUsers)
 	}
+	// Client quotas, set with AlterClientQuotas ("spool quotas alter"),
+	// live beside the registry; none are set at first.
+	qstore, qs, err := quota.OpenFile(filepath.Join(bf.data, quotasFile))
+	if err != nil {
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		return exitProblem
+	}
+	if opts.Quotas, err = quota.New(quota.Config{Quotas: qs, Store: qstore}); err != nil {
+		fmt.Fprintf(stderr, "spool serve: quotas: %v\n", err)
+		return exitProblem
+	}
 	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 || dialMap != nil {
 		return usageError(fs, "--controller-listen, --cluster-id, --session-timeout and --dial-map need --controller-quorum-voters")
 	}
@@ -403,3 +415,7 @@ func reloadOnHangup(f *transport.TLSFiles, logger *slog.Logger) func() {
 // aclsFile is the file of a standalone data directory that holds its ACLs
 // (spool serve --authorizer; package acl's FileStore format).
 const aclsFile = "acls"
+
+// quotasFile is the file of a standalone data directory that holds its
+// client quotas (package quota's FileStore format).
+const quotasFile = "quotas"
