@@ -20,8 +20,8 @@ import (
 
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/acl"
-	"github.com/spoolmq/spool/quota"
 	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/quota"
 	"github.com/spoolmq/spool/record"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kmsg"
