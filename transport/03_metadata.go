@@ -20,7 +20,7 @@ func init() { register(kmsg.Metadata, 0, 13, metadata) }
 func metadata(c *conn, req *request, body *kmsg.MetadataRequest) (kmsg.Response, error) {
 	resp := kmsg.NewPtrMetadataResponse()
 	b := c.s.b
-	resp.Brokers, resp.ControllerID = c.s.brokers()
+	resp.Brokers, resp.ControllerID = c.s.brokers(c.ln)
 	clusterID := c.s.ClusterID()
 	resp.ClusterID = &clusterID
 
@@ -141,13 +141,17 @@ func (c *conn) topicMetadata(d spool.TopicDescription) kmsg.MetadataResponseTopi
 }
 
 // brokers are the brokers clients are told of, and the controller id they
-// see: this node alone on a standalone broker; in a cluster every live
-// broker, and the active controller (any live broker while there is none:
-// clients send it only administration, which every broker forwards).
-func (s *Server) brokers() ([]kmsg.MetadataResponseBroker, int32) {
+// see: this node alone on a standalone broker, at the address of the
+// listener ln the client came in on; in a cluster every live broker, and
+// the active controller (any live broker while there is none: clients
+// send it only administration, which every broker forwards).
+func (s *Server) brokers(ln *listener) ([]kmsg.MetadataResponseBroker, int32) {
 	info, ok := s.b.Cluster()
 	if !ok {
 		host, port := s.advertised()
+		if ln != nil && ln.addr != nil {
+			host, port = ln.advertised()
+		}
 		return []kmsg.MetadataResponseBroker{{NodeID: s.opts.NodeID, Host: host, Port: port}}, s.opts.NodeID
 	}
 	out := make([]kmsg.MetadataResponseBroker, 0, len(info.Brokers))

@@ -28,7 +28,10 @@ const (
 
 func findCoordinator(c *conn, req *request, body *kmsg.FindCoordinatorRequest) (kmsg.Response, error) {
 	resp := kmsg.NewPtrFindCoordinatorResponse()
-	host, port := c.s.advertised()
+	host, port := c.ln.advertised()
+	if c.ln.addr == nil {
+		host, port = c.s.advertised()
+	}
 	lookup := func(key string) kmsg.FindCoordinatorResponseCoordinator {
 		co := kmsg.NewFindCoordinatorResponseCoordinator()
 		co.Key = key
@@ -42,7 +45,7 @@ func findCoordinator(c *conn, req *request, body *kmsg.FindCoordinatorRequest) (
 				return true
 			}
 			if err == nil {
-				brokers, _ := c.s.brokers()
+				brokers, _ := c.s.brokers(c.ln)
 				err = spool.ErrCoordinatorNotAvailable
 				for _, b := range brokers {
 					if b.NodeID == id {

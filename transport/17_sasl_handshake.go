@@ -30,7 +30,7 @@ func saslHandshake(c *conn, req *request) (responseWriter, error) {
 	resp.SetVersion(req.version)
 	resp.SupportedMechanisms = c.s.saslMechanisms()
 	switch {
-	case c.s.opts.SASL == nil || c.authenticated:
+	case !c.ln.SASL || c.authenticated:
 		resp.ErrorCode = errIllegalSASLState
 	case c.saslMech != "":
 		resp.ErrorCode = errIllegalSASLState

@@ -19,7 +19,7 @@ func saslAuthenticate(c *conn, req *request, body *kmsg.SASLAuthenticateRequest)
 		return resp, nil
 	}
 	switch {
-	case c.s.opts.SASL == nil:
+	case !c.ln.SASL:
 		// As Kafka on a listener without SASL (KafkaApis).
 		return fail(errIllegalSASLState, "SASL is not enabled on this listener")
 	case c.authenticated:

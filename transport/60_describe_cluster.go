@@ -30,7 +30,7 @@ func describeCluster(c *conn, req *request, body *kmsg.DescribeClusterRequest) (
 		return resp, nil
 	}
 	resp.ClusterID = c.s.ClusterID()
-	brokers, ctrl := c.s.brokers()
+	brokers, ctrl := c.s.brokers(c.ln)
 	resp.ControllerID = ctrl
 	if q := c.s.b.Quorum(); q != nil && req.version >= 2 && body.IncludeFencedBrokers {
 		for _, b := range q.Image().Brokers() { // by id

@@ -33,6 +33,7 @@ type conn struct {
 	ctx    context.Context // cancelled when the connection goes
 	cancel context.CancelFunc
 
+	ln            *listener              // the listener it came in on: its security, its advertised address
 	controller    bool                   // on the controller listener: its APIs, never forwarded
 	principal     string                 // who the client is: "User:name" (SASL, a TLS client certificate), else User:ANONYMOUS
 	shown         atomic.Pointer[string] // principal, for Server.Connections
@@ -76,16 +77,22 @@ const readBufferSize = 8 << 10
 // idle connection holds none.
 var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 64<<10) }}
 
-func newConn(s *Server, nc net.Conn) *conn {
+// newConn makes a connection of listener ln (nil: the server-wide
+// options').
+func newConn(s *Server, nc net.Conn, ln *listener) *conn {
+	if ln == nil {
+		ln = &listener{Listener: Listener{TLS: s.opts.TLS, SASL: s.opts.SASL != nil,
+			AdvertisedHost: s.opts.AdvertisedHost, AdvertisedPort: s.opts.AdvertisedPort}}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
-		s: s, nc: nc, remote: nc.RemoteAddr().String(),
+		s: s, nc: nc, remote: nc.RemoteAddr().String(), ln: ln,
 		r:      bufio.NewReaderSize(nc, readBufferSize),
 		ctx:    ctx,
 		cancel: cancel,
 		stop:   make(chan struct{}),
 	}
-	c.authenticated = s.opts.SASL == nil
+	c.authenticated = !ln.SASL
 	c.setPrincipal(anonymous)
 	return c
 }

@@ -51,7 +51,7 @@ func init() {
 // ServeController accepts connections on a cluster node's controller
 // listener until Shutdown. It returns ErrServerClosed then.
 func (s *Server) ServeController(l net.Listener) error {
-	return s.serve(l, true)
+	return s.serve(l, true, s.defaultListener(l))
 }
 
 // peekConn is a connection whose first bytes were read into r.

@@ -697,7 +697,7 @@ func FuzzProduceRequest(f *testing.F) {
 	require.NoError(f, err)
 	client, server := net.Pipe()
 	f.Cleanup(func() { client.Close(); server.Close() })
-	c := newConn(s, server)
+	c := newConn(s, server, nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return

@@ -333,12 +333,12 @@ func (s *Server) Stats() ServerStats {
 // one closes; a connection from an address that has MaxConnectionsPerIP
 // open is closed at once. Running out of file descriptors or kernel
 // memory does not stop it: it waits and accepts again.
-func (s *Server) Serve(l net.Listener) error { return s.serve(l, false) }
+func (s *Server) Serve(l net.Listener) error { return s.serve(l, false, s.defaultListener(l)) }
 
 // serve accepts connections on l: Kafka clients', or with controller those
 // of a cluster node's controller listener, which come from the cluster's
 // own nodes and count against neither connection limit.
-func (s *Server) serve(l net.Listener, controller bool) error {
+func (s *Server) serve(l net.Listener, controller bool, ln *listener) error {
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
@@ -402,12 +402,12 @@ func (s *Server) serve(l net.Listener, controller bool) error {
 					nc = tc
 				}
 				if kc, ok := s.routeController(nc); ok {
-					s.start(kc, true)
+					s.start(kc, true, ln)
 				}
 			}()
 			continue
 		}
-		if !s.start(nc, false) {
+		if !s.start(nc, false, ln) {
 			return ErrServerClosed
 		}
 	}
@@ -417,11 +417,11 @@ func (s *Server) serve(l net.Listener, controller bool) error {
 // server is shutting down (the connection is closed). A client connection
 // holds the slot its acceptor took and counts against its address's
 // limit; a controller-listener connection does neither.
-func (s *Server) start(nc net.Conn, controller bool) bool {
-	if s.opts.TLS != nil && !controller {
-		nc = tls.Server(nc, s.opts.TLS) // the handshake is the connection's first step
+func (s *Server) start(nc net.Conn, controller bool, ln *listener) bool {
+	if ln.TLS != nil && !controller {
+		nc = tls.Server(nc, ln.TLS) // the handshake is the connection's first step
 	}
-	c := newConn(s, nc)
+	c := newConn(s, nc, ln)
 	if controller {
 		c.controller = true
 		c.ctx = spool.ControllerOnly(c.ctx)

@@ -16,6 +16,7 @@ import (
 	"github.com/spoolmq/spool/internal/testcerts"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
@@ -257,7 +258,7 @@ func FuzzTLSHandshake(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		client, server := net.Pipe()
 		defer client.Close()
-		c := newConn(s, tls.Server(server, s.opts.TLS))
+		c := newConn(s, tls.Server(server, s.opts.TLS), nil)
 		done := make(chan bool, 1)
 		go func() { done <- c.handshake(c.nc.(*tls.Conn)) }()
 		go func() {
@@ -334,4 +335,56 @@ func TestClusterNodeRefusesSASL(t *testing.T) {
 	_, err := StartNode(cfg)
 	require.ErrorIs(t, err, spool.ErrInvalidConfig)
 	require.ErrorContains(t, err, "mutual TLS")
+}
+
+// Two listeners on one broker: PLAINTEXT for local clients and SASL_SSL for
+// others. Each client is told the address of the listener it came in on;
+// SASL and TLS are required on the second only.
+func TestTwoListeners(t *testing.T) {
+	ts := newTLSSetup(t, false)
+	b, err := spool.Open(t.TempDir(), spool.Options{})
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, b.CreateTopic(context.Background(), "secure", spool.TopicConfig{}))
+	s, err := NewServer(b, Options{SASL: &SASL{Plain: map[string]string{"app": "pw"}}})
+	require.NoError(t, err)
+	plainL, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	secureL, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 2)
+	go func() { done <- s.ServeListener(plainL, Listener{Name: "LOCAL"}) }()
+	go func() {
+		done <- s.ServeListener(secureL, Listener{TLS: ts.files.Config(), SASL: true, AdvertisedHost: "127.0.0.1"})
+	}()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, s.Shutdown(ctx))
+		<-done
+		<-done
+	}()
+	port := func(l net.Listener) int32 { return int32(l.Addr().(*net.TCPAddr).Port) }
+	told := func(opts ...kgo.Opt) int32 {
+		cl, err := kgo.NewClient(opts...)
+		require.NoError(t, err)
+		defer cl.Close()
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(context.Background(), cl)
+		require.NoError(t, err)
+		require.Len(t, resp.Brokers, 1)
+		return resp.Brokers[0].Port
+	}
+	require.Equal(t, port(plainL), told(kgo.SeedBrokers(plainL.Addr().String())), "the plaintext listener's clients are told its address")
+	sasl := kgo.SASL(plain.Auth{User: "app", Pass: "pw"}.AsMechanism())
+	require.Equal(t, port(secureL), told(kgo.SeedBrokers(secureL.Addr().String()), kgo.DialTLSConfig(ts.clientTLS(t, nil)), sasl))
+	require.NoError(t, roundTrip(t, kgo.SeedBrokers(plainL.Addr().String())), "no SASL on the plaintext listener")
+	require.NoError(t, roundTrip(t, kgo.SeedBrokers(secureL.Addr().String()), kgo.DialTLSConfig(ts.clientTLS(t, nil)), sasl))
+	require.Error(t, roundTrip(t, kgo.SeedBrokers(secureL.Addr().String())), "plaintext on the SASL_SSL listener")
+	require.Error(t, roundTrip(t, kgo.SeedBrokers(secureL.Addr().String()), kgo.DialTLSConfig(ts.clientTLS(t, nil))), "no SASL on the SASL_SSL listener")
+
+	bad, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	s2, err := NewServer(b, Options{})
+	require.NoError(t, err)
+	require.ErrorIs(t, s2.ServeListener(bad, Listener{SASL: true}), ErrInvalidOptions, "SASL without users")
 }

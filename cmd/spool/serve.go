@@ -67,6 +67,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	tlsKey := fs.String("tls-key", "", "the PEM private key `file` of --tls-cert")
 	tlsCA := fs.String("tls-client-ca", "", "require TLS clients to present a certificate signed by a CA in this PEM `file` (mutual TLS); the certificate's subject becomes the principal. On a cluster node, the nodes' certificates must be signed by it too")
 	principalRules := fs.String("ssl-principal-mapping-rules", "", "map client certificates' subjects to principals with Kafka's `rules` (ssl.principal.mapping.rules), e.g. 'RULE:^CN=([^,]*),.*$/$1/L,DEFAULT' (default DEFAULT: the whole subject)")
+	listenersFlag := fs.String("listeners", "", "several listeners instead of --listen, `NAME://host:port,...` (listeners): NAME is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, or a name --listener-security-protocol-map maps to one; SSL needs --tls-*, SASL --sasl-*")
+	advertisedListeners := fs.String("advertised-listeners", "", "what each listener's clients are told to connect to, `NAME://host:port,...` (advertised.listeners) (default: the listener's address)")
+	protocolMap := fs.String("listener-security-protocol-map", "", "the security protocol of each custom listener name, `NAME:PROTOCOL,...` (listener.security.protocol.map)")
 	authorizer := fs.Bool("authorizer", false, "enforce ACLs (authorizer.class.name): every request is denied unless an ACL allows it or the principal is a super user; ACLs are kept in the data directory's \"acls\" file and managed with \"spool acls\" (any Kafka admin client)")
 	superUsers := fs.String("super-users", "", "principals allowed everything, `User:a;User:b` (super.users); with --authorizer")
 	ctrlListen := fs.String("controller-listen", "", "the `host:port` of this node's controller listener (Raft and the controller's requests); a voter's defaults to its entry in --controller-quorum-voters")
@@ -139,6 +142,38 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		tlsFiles, opts.TLS = f, f.Config()
 	case *tlsCA != "":
 		return usageError(fs, "--tls-client-ca needs --tls-cert and --tls-key")
+	}
+	listeners, err := parseListeners(fs, *listenersFlag, *advertisedListeners, *protocolMap)
+	if err != nil {
+		return usageError(fs, "%v", err)
+	}
+	if listeners != nil {
+		if *voters != "" {
+			return usageError(fs, "--listeners on a cluster node is not supported yet: a node registers one listener with the controller")
+		}
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if set["listen"] || set["advertised-addr"] {
+			return usageError(fs, "--listeners replaces --listen and --advertised-addr")
+		}
+		for i := range listeners {
+			proto := listeners[i].proto
+			if strings.HasSuffix(proto, "SSL") {
+				if tlsFiles == nil {
+					return usageError(fs, "listener %s is %s: give --tls-cert and --tls-key", listeners[i].cfg.Name, proto)
+				}
+				listeners[i].cfg.TLS = tlsFiles.Config()
+			}
+			if strings.HasPrefix(proto, "SASL_") {
+				if opts.SASL == nil {
+					return usageError(fs, "listener %s is %s: give --sasl-* users", listeners[i].cfg.Name, proto)
+				}
+				listeners[i].cfg.SASL = true
+			}
+		}
+		// The listeners carry their own security; the server-wide
+		// options would apply to Serve's only.
+		opts.TLS = nil
 	}
 	if *superUsers != "" && !*authorizer {
 		return usageError(fs, "--super-users needs --authorizer")
@@ -266,31 +301,49 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	}
 	stopReload := reloadOnHangup(tlsFiles, logger)
 	defer stopReload()
-	code := serve(ctx, b, opts, *listen, logger, stderr)
+	if listeners == nil {
+		listeners = []serveListener{{addr: *listen, cfg: transport.Listener{TLS: opts.TLS, SASL: opts.SASL != nil,
+			AdvertisedHost: opts.AdvertisedHost, AdvertisedPort: opts.AdvertisedPort}}}
+	}
+	code := serve(ctx, b, opts, listeners, logger, stderr)
 	return closeBroker("spool serve", b, code, stderr)
 }
 
 // serve listens on addr and serves b until ctx ends, then shuts the server
 // down. It returns the exit status; the caller closes the broker.
-func serve(ctx context.Context, b *spool.Broker, opts transport.Options, addr string, logger *slog.Logger, stderr io.Writer) int {
+func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listeners []serveListener, logger *slog.Logger, stderr io.Writer) int {
 	srv, err := transport.NewServer(b, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "spool serve: %v\n", err)
 		return exitProblem
 	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		fmt.Fprintf(stderr, "spool serve: %v\n", err)
-		return exitProblem
+	ls := make([]net.Listener, len(listeners))
+	for i, sl := range listeners {
+		if ls[i], err = net.Listen("tcp", sl.addr); err != nil {
+			for _, l := range ls[:i] {
+				l.Close()
+			}
+			fmt.Fprintf(stderr, "spool serve: %v\n", err)
+			return exitProblem
+		}
 	}
-	logger.Info("listening", "addr", l.Addr().String(), "data", b.Dir(), "node_id", opts.NodeID,
-		"cluster_id", srv.ClusterID(), "sasl", opts.SASL != nil, "tls", opts.TLS != nil,
-		"max_connections", opts.MaxConnections, "max_connections_per_ip", opts.MaxConnectionsPerIP,
-		"queued_max_request_bytes", opts.QueuedMaxRequestBytes)
-	fmt.Fprintf(stderr, "spool: serving on %s\n", l.Addr())
+	for i, l := range ls {
+		logger.Info("listening", "listener", listeners[i].cfg.Name, "security", listeners[i].cfg.SecurityProtocol(), "addr", l.Addr().String(),
+			"data", b.Dir(), "node_id", opts.NodeID, "cluster_id", srv.ClusterID(), "sasl", listeners[i].cfg.SASL, "tls", listeners[i].cfg.TLS != nil,
+			"max_connections", opts.MaxConnections, "max_connections_per_ip", opts.MaxConnectionsPerIP,
+			"queued_max_request_bytes", opts.QueuedMaxRequestBytes)
+	}
+	fmt.Fprintf(stderr, "spool: serving on %s\n", ls[0].Addr())
+	if len(ls) > 1 {
+		for i, l := range ls {
+			fmt.Fprintf(stderr, "spool: listener %s on %s\n", listeners[i].cfg.Name, l.Addr())
+		}
+	}
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
+	served := make(chan error, len(ls))
+	for i, l := range ls {
+		go func() { served <- srv.ServeListener(l, listeners[i].cfg) }()
+	}
 	select {
 	case err := <-served:
 		// Serve stops on its own only when the listener fails.
@@ -419,3 +472,94 @@ const aclsFile = "acls"
 // quotasFile is the file of a standalone data directory that holds its
 // client quotas (package quota's FileStore format).
 const quotasFile = "quotas"
+
+// serveListener is one listener spool serve opens: where, and how.
+type serveListener struct {
+	addr  string
+	proto string // its security protocol
+	cfg   transport.Listener
+}
+
+// securityProtocols are Kafka's.
+var securityProtocols = []string{"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
+
+// parseListeners reads --listeners, --advertised-listeners and
+// --listener-security-protocol-map; nil without --listeners. Security
+// (TLS, SASL) is filled in by the caller.
+func parseListeners(fs *flag.FlagSet, spec, advertised, protoMap string) ([]serveListener, error) {
+	if spec == "" {
+		if advertised != "" || protoMap != "" {
+			return nil, fmt.Errorf("--advertised-listeners and --listener-security-protocol-map need --listeners")
+		}
+		return nil, nil
+	}
+	protos := map[string]string{}
+	for _, p := range securityProtocols {
+		protos[p] = p
+	}
+	for _, kv := range strings.Split(protoMap, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		name, proto, ok := strings.Cut(kv, ":")
+		if !ok || !slices.Contains(securityProtocols, strings.ToUpper(proto)) {
+			return nil, fmt.Errorf("--listener-security-protocol-map %q: want NAME:PROTOCOL with PROTOCOL one of %s", kv, strings.Join(securityProtocols, ", "))
+		}
+		protos[strings.ToUpper(name)] = strings.ToUpper(proto)
+	}
+	parse := func(flagName, v string) ([][2]string, error) {
+		var out [][2]string
+		for _, item := range strings.Split(v, ",") {
+			if item = strings.TrimSpace(item); item == "" {
+				continue
+			}
+			name, addr, ok := strings.Cut(item, "://")
+			if !ok || name == "" {
+				return nil, fmt.Errorf("--%s %q: want NAME://host:port", flagName, item)
+			}
+			if _, _, err := splitHostPort(addr); err != nil {
+				return nil, fmt.Errorf("--%s %q: %v", flagName, item, err)
+			}
+			out = append(out, [2]string{strings.ToUpper(name), addr})
+		}
+		return out, nil
+	}
+	ls, err := parse("listeners", spec)
+	if err != nil {
+		return nil, err
+	}
+	ads, err := parse("advertised-listeners", advertised)
+	if err != nil {
+		return nil, err
+	}
+	var out []serveListener
+	seen := map[string]bool{}
+	for _, l := range ls {
+		proto, ok := protos[l[0]]
+		if !ok {
+			return nil, fmt.Errorf("listener %s: not a security protocol; map it with --listener-security-protocol-map %s:PROTOCOL", l[0], l[0])
+		}
+		if seen[l[0]] {
+			return nil, fmt.Errorf("listener %s named twice", l[0])
+		}
+		seen[l[0]] = true
+		out = append(out, serveListener{addr: l[1], proto: proto, cfg: transport.Listener{Name: l[0]}})
+	}
+	for _, a := range ads {
+		found := false
+		for i := range out {
+			if out[i].cfg.Name == a[0] {
+				host, port, err := splitHostPort(a[1])
+				if err != nil || port == 0 {
+					return nil, fmt.Errorf("--advertised-listeners %s://%s: want a non-zero port", a[0], a[1])
+				}
+				out[i].cfg.AdvertisedHost, out[i].cfg.AdvertisedPort, found = host, port, true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("--advertised-listeners names %s, which --listeners does not", a[0])
+		}
+	}
+	_ = fs
+	return out, nil
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
 // servedBroker is a "spool serve" process started by a test.
@@ -43,7 +45,11 @@ func startServe(t *testing.T, args ...string) *servedBroker {
 	t.Helper()
 	bin := spoolBinary(t)
 	s := &servedBroker{done: make(chan struct{})}
-	s.cmd = exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	base := []string{"serve", "--listen", "127.0.0.1:0"}
+	if slices.Contains(args, "--listeners") {
+		base = base[:1]
+	}
+	s.cmd = exec.Command(bin, append(base, args...)...)
 	pipe, err := s.cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, s.cmd.Start())
@@ -387,4 +393,61 @@ func TestServeTLS(t *testing.T) {
 	}, 10*time.Second, 100*time.Millisecond)
 	require.Eventually(t, func() bool { return strings.Contains(s.log(), "TLS files reloaded") }, 5*time.Second, 50*time.Millisecond)
 	require.Equal(t, 0, s.stop(t, syscall.SIGINT))
+}
+
+// spool serve --listeners: PLAINTEXT for local clients and SASL_SSL for
+// others, each advertised at its own address.
+func TestServeListeners(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testcerts.NewCA("listeners CA")
+	require.NoError(t, err)
+	srv, err := ca.Issue(testcerts.Options{Subject: pkix.Name{CommonName: "broker"}, Hosts: []string{"127.0.0.1"}})
+	require.NoError(t, err)
+	certFile, keyFile, err := srv.Write(dir, "server")
+	require.NoError(t, err)
+	s := startServe(t, "--data", t.TempDir(), "--listeners", "PLAINTEXT://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+		"--listener-security-protocol-map", "EXTERNAL:SASL_SSL", "--advertised-listeners", "EXTERNAL://127.0.0.1:19093",
+		"--tls-cert", certFile, "--tls-key", keyFile, "--sasl-plain", "app:pw")
+	addrs := map[string]string{}
+	for _, line := range strings.Split(s.log(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "spool: listener "); ok {
+			name, addr, _ := strings.Cut(rest, " on ")
+			addrs[name] = addr
+		}
+	}
+	require.Len(t, addrs, 2, s.log())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	brokerPort := func(opts ...kgo.Opt) int32 {
+		cl, err := kgo.NewClient(opts...)
+		require.NoError(t, err)
+		defer cl.Close()
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl)
+		require.NoError(t, err)
+		return resp.Brokers[0].Port
+	}
+	_, plainPort, _ := strings.Cut(addrs["PLAINTEXT"], "127.0.0.1:")
+	require.Equal(t, plainPort, fmt.Sprint(brokerPort(kgo.SeedBrokers(addrs["PLAINTEXT"]))))
+	require.Equal(t, int32(19093), brokerPort(kgo.SeedBrokers(addrs["EXTERNAL"]),
+		kgo.DialTLSConfig(&tls.Config{RootCAs: ca.Pool()}), kgo.SASL(plain.Auth{User: "app", Pass: "pw"}.AsMechanism())),
+		"the EXTERNAL listener's clients are told its advertised address")
+	plainClient, err := kgo.NewClient(kgo.SeedBrokers(addrs["EXTERNAL"]), kgo.RetryTimeout(2*time.Second))
+	require.NoError(t, err)
+	defer plainClient.Close()
+	require.Error(t, plainClient.Ping(ctx), "plaintext on the SASL_SSL listener")
+	require.Equal(t, 0, s.stop(t, syscall.SIGINT))
+
+	for _, args := range [][]string{
+		{"--listeners", "PLAINTEXT://127.0.0.1:0", "--listen", "127.0.0.1:0"},
+		{"--listeners", "SSL://127.0.0.1:0"},
+		{"--listeners", "SASL_PLAINTEXT://127.0.0.1:0"},
+		{"--listeners", "INTERNAL://127.0.0.1:0"},
+		{"--listeners", "PLAINTEXT://127.0.0.1:0", "--advertised-listeners", "OTHER://h:1"},
+		{"--listeners", "PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"},
+		{"--advertised-listeners", "PLAINTEXT://h:1"},
+		{"--listeners", "nonsense"},
+	} {
+		code, _, stderr := runTool(t, append([]string{"serve", "--data", t.TempDir()}, args...)...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
+	}
 }
