@@ -204,7 +204,7 @@ var checkedInHandler = []kmsg.Key{
 	kmsg.DescribeConfigs, kmsg.AlterConfigs, kmsg.CreatePartitions, kmsg.DeleteGroups,
 	kmsg.IncrementalAlterConfigs, kmsg.OffsetDelete, kmsg.DescribeProducers, kmsg.DescribeTransactions,
 	kmsg.ListTransactions, kmsg.DescribeACLs, kmsg.CreateACLs, kmsg.DeleteACLs,
-	kmsg.DescribeClientQuotas, kmsg.AlterClientQuotas,
+	kmsg.DescribeClientQuotas, kmsg.AlterClientQuotas, kmsg.DescribeUserSCRAMCredentials, kmsg.AlterUserSCRAMCredentials,
 }
 
 // unchecked are the APIs Kafka serves to anyone: before authentication,

@@ -137,10 +137,10 @@ func (s *Server) saslMechanisms() []string {
 	if len(s.opts.SASL.Plain) > 0 {
 		mechs = append(mechs, mechPlain)
 	}
-	if len(s.scram[mechSCRAMSHA256]) > 0 {
+	if len(s.scramUsers(mechSCRAMSHA256)) > 0 {
 		mechs = append(mechs, mechSCRAMSHA256)
 	}
-	if len(s.scram[mechSCRAMSHA512]) > 0 {
+	if len(s.scramUsers(mechSCRAMSHA512)) > 0 {
 		mechs = append(mechs, mechSCRAMSHA512)
 	}
 	return mechs
@@ -176,7 +176,7 @@ func (c *conn) saslStep(token []byte) (reply []byte, done bool, err error) {
 		return []byte{}, true, nil
 	case mechSCRAMSHA256, mechSCRAMSHA512:
 		if c.scram == nil {
-			c.scram = newSCRAMServer(c.saslMech, c.s.scram[c.saslMech])
+			c.scram = newSCRAMServer(c.saslMech, c.s.scramUsers(c.saslMech))
 		}
 		reply, done, err := c.scram.next(token)
 		if done && err == nil {

@@ -121,6 +121,10 @@ type Options struct {
 	// consumer_byte_rate, request_percentage) and serves
 	// DescribeClientQuotas and AlterClientQuotas: see quotas.go.
 	Quotas *quota.Manager
+	// SCRAMFile keeps the SCRAM credentials set with
+	// AlterUserScramCredentials (OpenSCRAMFile); without it they last
+	// until the server stops.
+	SCRAMFile *SCRAMFile
 	// SSLPrincipalMappingRules maps a client certificate's subject
 	// distinguished name (RFC 2253) to the connection's principal name
 	// (ssl.principal.mapping.rules): rules such as
@@ -178,10 +182,11 @@ type SASL struct {
 
 // Server serves one spool.Broker over the Kafka protocol.
 type Server struct {
-	b      *spool.Broker
-	opts   Options
-	logger *slog.Logger
-	scram  map[string]map[string]scramCredential // mechanism -> user -> credential
+	b       *spool.Broker
+	opts    Options
+	logger  *slog.Logger
+	scramMu sync.RWMutex
+	scram   map[string]map[string]scramCredential // mechanism -> user -> credential; replaced whole, never changed, under scramMu
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -265,6 +270,20 @@ func NewServer(b *spool.Broker, opts Options) (*Server, error) {
 	}
 	if s.scram, err = scramCredentials(opts.SASL); err != nil {
 		return nil, err
+	}
+	if f := opts.SCRAMFile; f != nil && opts.SASL != nil {
+		// Set over the protocol, they replace configured passwords.
+		for mech, users := range f.creds {
+			if s.scram == nil {
+				s.scram = map[string]map[string]scramCredential{}
+			}
+			if s.scram[mech] == nil {
+				s.scram[mech] = map[string]scramCredential{}
+			}
+			for user, cred := range users {
+				s.scram[mech][user] = cred
+			}
+		}
 	}
 	return s, nil
 }

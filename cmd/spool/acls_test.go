@@ -16,13 +16,16 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
-// spool serve --authorizer with "spool acls": a user with no ACLs is
+// spool serve --authorizer with "spool acls" (the users read from a file
+// with --sasl-plain @FILE): a user with no ACLs is
 // refused; the super user grants it WRITE with "spool acls create"
 // (authenticating with SASL, its password read from a file); the grant is
 // listed, works, survives a restart of the server, and is deleted again.
 func TestServeAuthorizerAndACLsCommand(t *testing.T) {
 	data := t.TempDir()
-	args := []string{"--data", data, "--authorizer", "--super-users", "User:admin", "--sasl-plain", "admin:root-pw,alice:alice-pw"}
+	users := filepath.Join(t.TempDir(), "users")
+	require.NoError(t, os.WriteFile(users, []byte("# the broker's users\nadmin:root-pw\n\nalice:alice-pw\n"), 0o600))
+	args := []string{"--data", data, "--authorizer", "--super-users", "User:admin", "--sasl-plain", "@" + users}
 	s := startServe(t, args...)
 	pwFile := filepath.Join(t.TempDir(), "pw")
 	require.NoError(t, os.WriteFile(pwFile, []byte("root-pw\n"), 0o600))

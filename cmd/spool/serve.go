@@ -60,9 +60,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	readTimeout := fs.Duration("request-read-timeout", transport.DefaultRequestReadTimeout,
 		"close a connection whose request has not arrived whole within this `duration` of its size prefix, waiting for memory included (stops clients trickling large requests)")
 	var sasl transport.SASL
-	fs.Func("sasl-plain", "require SASL and accept these `user:pass,...` with the PLAIN mechanism", usersFlag(&sasl.Plain))
-	fs.Func("sasl-scram-sha-256", "require SASL and accept these `user:pass,...` with SCRAM-SHA-256", usersFlag(&sasl.SCRAMSHA256))
-	fs.Func("sasl-scram-sha-512", "require SASL and accept these `user:pass,...` with SCRAM-SHA-512", usersFlag(&sasl.SCRAMSHA512))
+	fs.Func("sasl-plain", "require SASL and accept these `user:pass,...` with the PLAIN mechanism; @FILE reads them from a file, a user:pass a line", usersFlag(&sasl.Plain))
+	fs.Func("sasl-scram-sha-256", "require SASL and accept these `user:pass,...` (or @FILE) with SCRAM-SHA-256; more SCRAM users can be added with AlterUserScramCredentials", usersFlag(&sasl.SCRAMSHA256))
+	fs.Func("sasl-scram-sha-512", "require SASL and accept these `user:pass,...` (or @FILE) with SCRAM-SHA-512", usersFlag(&sasl.SCRAMSHA512))
 	tlsCert := fs.String("tls-cert", "", "serve TLS (SSL, or SASL_SSL with --sasl-*) with this PEM certificate `file` (the chain, leaf first); replaced files are picked up without a restart (also on SIGHUP)")
 	tlsKey := fs.String("tls-key", "", "the PEM private key `file` of --tls-cert")
 	tlsCA := fs.String("tls-client-ca", "", "require TLS clients to present a certificate signed by a CA in this PEM `file` (mutual TLS); the certificate's subject becomes the principal. On a cluster node, the nodes' certificates must be signed by it too")
@@ -265,6 +265,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		opts.Authorizer = a
 		logger.Info("authorizer on", "acls", a.Len(), "super_users", *superUsers)
 	}
+	if opts.SASL != nil {
+		// SCRAM credentials set with AlterUserScramCredentials.
+		if opts.SCRAMFile, err = transport.OpenSCRAMFile(filepath.Join(bf.data, scramFile)); err != nil {
+			fmt.Fprintf(stderr, "spool serve: %v\n", err)
+			return exitProblem
+		}
+	}
 	// Client quotas, set with AlterClientQuotas ("spool quotas alter"),
 	// live beside the registry; none are set at first.
 	qstore, qs, err := quota.OpenFile(filepath.Join(bf.data, quotasFile))
@@ -375,7 +382,25 @@ func usersFlag(m *map[string]string) func(string) error {
 		if *m == nil {
 			*m = map[string]string{}
 		}
-		for _, up := range strings.Split(s, ",") {
+		items := strings.Split(s, ",")
+		if path, ok := strings.CutPrefix(s, "@"); ok {
+			// @FILE: a user:pass a line, so that no password is on the
+			// command line (blank lines and # comments skipped).
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			items = items[:0]
+			for _, line := range strings.Split(string(data), "\n") {
+				if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+					items = append(items, line)
+				}
+			}
+			if len(items) == 0 {
+				return fmt.Errorf("%s names no user", path)
+			}
+		}
+		for _, up := range items {
 			user, pass, ok := strings.Cut(up, ":")
 			if !ok || user == "" {
 				return fmt.Errorf("want user:pass,..., not %q", up)
@@ -563,3 +588,8 @@ func parseListeners(fs *flag.FlagSet, spec, advertised, protoMap string) ([]serv
 	_ = fs
 	return out, nil
 }
+
+// scramFile is the file of a standalone data directory that holds the
+// SCRAM credentials set over the protocol (salts and keys, never
+// passwords).
+const scramFile = "scram-credentials"

@@ -1,0 +1,339 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spoolmq/spool/acl"
+	"github.com/spoolmq/spool/internal/vfs"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// SCRAM credentials managed over the protocol (KIP-554):
+// DescribeUserScramCredentials (50) lists users' mechanisms and iteration
+// counts, never salts or keys; AlterUserScramCredentials (51) adds,
+// replaces and deletes credentials. The client salts and hashes the
+// password itself (PBKDF2) and sends the salt and the salted password; the
+// server keeps the salt, StoredKey and ServerKey it derives, as Kafka does.
+// Credentials changed this way apply to the next authentication, are kept
+// in Options.SCRAMFile, and replace a configured password (Options.SASL)
+// of the same user and mechanism; a configured user deleted this way is
+// back at the next start while the configuration still names it.
+// Describe needs DESCRIBE on the cluster, Alter ALTER.
+
+const (
+	errResourceNotFound       int16 = 91
+	errDuplicateResourceCode  int16 = 92
+	errUnacceptableCredential int16 = 93
+
+	scramMinIterations = 4096
+	scramMaxIterations = 16384
+)
+
+func init() {
+	register(kmsg.DescribeUserSCRAMCredentials, 0, 0, describeUserSCRAMCredentials)
+	register(kmsg.AlterUserSCRAMCredentials, 0, 0, alterUserSCRAMCredentials)
+}
+
+// scramMechanisms are KIP-554's mechanism codes.
+var scramMechanisms = map[int8]string{1: mechSCRAMSHA256, 2: mechSCRAMSHA512}
+
+func scramMechanismCode(mech string) int8 {
+	for code, m := range scramMechanisms {
+		if m == mech {
+			return code
+		}
+	}
+	return 0
+}
+
+// scramUsers is the current credentials of a mechanism, by user: a map no
+// one changes (Alter replaces it), safe to read without the lock.
+func (s *Server) scramUsers(mech string) map[string]scramCredential {
+	s.scramMu.RLock()
+	defer s.scramMu.RUnlock()
+	return s.scram[mech]
+}
+
+func describeUserSCRAMCredentials(c *conn, req *request, body *kmsg.DescribeUserSCRAMCredentialsRequest) (kmsg.Response, error) {
+	resp := body.ResponseKind().(*kmsg.DescribeUserSCRAMCredentialsResponse)
+	if !c.canCluster(acl.OpDescribe) {
+		resp.ErrorCode = errClusterAuthorizationFailed
+		return resp, nil
+	}
+	c.s.scramMu.RLock()
+	all := map[string][]kmsg.DescribeUserSCRAMCredentialsResponseResultCredentialInfo{}
+	for mech, users := range c.s.scram {
+		for user, cred := range users {
+			all[user] = append(all[user], kmsg.DescribeUserSCRAMCredentialsResponseResultCredentialInfo{
+				Mechanism: scramMechanismCode(mech), Iterations: int32(cred.iterations)})
+		}
+	}
+	c.s.scramMu.RUnlock()
+	var names []string
+	if len(body.Users) == 0 {
+		names = slices.Sorted(maps.Keys(all))
+	}
+	count := map[string]int{}
+	for _, u := range body.Users {
+		names = append(names, u.Name)
+		count[u.Name]++
+	}
+	done := map[string]bool{}
+	for _, name := range names {
+		if done[name] {
+			continue
+		}
+		done[name] = true
+		r := kmsg.NewDescribeUserSCRAMCredentialsResponseResult()
+		r.User = name
+		switch infos, ok := all[name]; {
+		case count[name] > 1:
+			r.ErrorCode, r.ErrorMessage = errDuplicateResourceCode, strPtr("user "+name+" listed twice")
+		case !ok:
+			r.ErrorCode, r.ErrorMessage = errResourceNotFound, strPtr("no SCRAM credentials for user "+name)
+		default:
+			slices.SortFunc(infos, func(a, b kmsg.DescribeUserSCRAMCredentialsResponseResultCredentialInfo) int {
+				return int(a.Mechanism) - int(b.Mechanism)
+			})
+			r.CredentialInfos = infos
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp, nil
+}
+
+func alterUserSCRAMCredentials(c *conn, req *request, body *kmsg.AlterUserSCRAMCredentialsRequest) (kmsg.Response, error) {
+	resp := body.ResponseKind().(*kmsg.AlterUserSCRAMCredentialsResponse)
+	users := map[string]int{}
+	var order []string
+	for _, d := range body.Deletions {
+		if users[d.Name] == 0 {
+			order = append(order, d.Name)
+		}
+		users[d.Name]++
+	}
+	for _, u := range body.Upsertions {
+		if users[u.Name] == 0 {
+			order = append(order, u.Name)
+		}
+		users[u.Name]++
+	}
+	results := map[string]*kmsg.AlterUserSCRAMCredentialsResponseResult{}
+	fail := func(user string, code int16, msg string) {
+		if r := results[user]; r.ErrorCode == errNone {
+			r.ErrorCode, r.ErrorMessage = code, &msg
+		}
+	}
+	for _, name := range order {
+		r := kmsg.NewAlterUserSCRAMCredentialsResponseResult()
+		r.User = name
+		results[name] = &r
+		switch {
+		case !c.canCluster(acl.OpAlter):
+			fail(name, errClusterAuthorizationFailed, "Authorization failed.")
+		case c.s.opts.SASL == nil:
+			fail(name, errIllegalSASLState, "SASL is not enabled on this broker")
+		case name == "":
+			fail(name, errUnacceptableCredential, "empty user name")
+		case users[name] > 1:
+			fail(name, errDuplicateResourceCode, "a user may appear once per request")
+		}
+	}
+	c.s.scramMu.Lock()
+	next := map[string]map[string]scramCredential{}
+	for mech, us := range c.s.scram {
+		next[mech] = maps.Clone(us)
+	}
+	// managed is what the file keeps: the credentials set over the
+	// protocol, not those of --sasl-scram flags.
+	var managed map[string]map[string]scramCredential
+	if f := c.s.opts.SCRAMFile; f != nil {
+		managed = map[string]map[string]scramCredential{}
+		for mech, us := range f.creds {
+			managed[mech] = maps.Clone(us)
+		}
+	}
+	for _, d := range body.Deletions {
+		mech, ok := scramMechanisms[d.Mechanism]
+		switch {
+		case !ok:
+			fail(d.Name, errUnsupportedSASLMechanism, fmt.Sprintf("unknown SCRAM mechanism %d", d.Mechanism))
+		case results[d.Name].ErrorCode != errNone:
+		default:
+			if _, had := next[mech][d.Name]; !had {
+				fail(d.Name, errResourceNotFound, "no "+mech+" credential for user "+d.Name)
+				break
+			}
+			delete(next[mech], d.Name)
+			delete(managed[mech], d.Name)
+		}
+	}
+	for _, u := range body.Upsertions {
+		mech, ok := scramMechanisms[u.Mechanism]
+		switch {
+		case !ok:
+			fail(u.Name, errUnsupportedSASLMechanism, fmt.Sprintf("unknown SCRAM mechanism %d", u.Mechanism))
+		case u.Iterations < scramMinIterations || u.Iterations > scramMaxIterations:
+			fail(u.Name, errUnacceptableCredential, fmt.Sprintf("iterations %d outside %d-%d", u.Iterations, scramMinIterations, scramMaxIterations))
+		case len(u.Salt) == 0 || len(u.SaltedPassword) != scramHash(mech)().Size():
+			fail(u.Name, errUnacceptableCredential, "a salt and a salted password of the mechanism's hash size are needed")
+		case results[u.Name].ErrorCode != errNone:
+		default:
+			h := scramHash(mech)
+			stored := h()
+			stored.Write(hmacOf(h, u.SaltedPassword, []byte("Client Key")))
+			if next[mech] == nil {
+				next[mech] = map[string]scramCredential{}
+			}
+			cred := scramCredential{salt: bytes.Clone(u.Salt), iterations: int(u.Iterations),
+				storedKey: stored.Sum(nil), serverKey: hmacOf(h, u.SaltedPassword, []byte("Server Key"))}
+			next[mech][u.Name] = cred
+			if managed != nil {
+				if managed[mech] == nil {
+					managed[mech] = map[string]scramCredential{}
+				}
+				managed[mech][u.Name] = cred
+			}
+		}
+	}
+	// A user with any failure changes nothing: take its credentials back
+	// from the current ones.
+	for name, r := range results {
+		if r.ErrorCode == errNone {
+			continue
+		}
+		for mech := range next {
+			if cur, ok := c.s.scram[mech][name]; ok {
+				next[mech][name] = cur
+			} else {
+				delete(next[mech], name)
+			}
+		}
+		for mech := range managed {
+			if cur, ok := c.s.opts.SCRAMFile.creds[mech][name]; ok {
+				managed[mech][name] = cur
+			} else {
+				delete(managed[mech], name)
+			}
+		}
+	}
+	var saveErr error
+	if f := c.s.opts.SCRAMFile; f != nil {
+		if saveErr = f.save(managed); saveErr == nil {
+			f.creds = managed
+		}
+	}
+	if saveErr == nil {
+		c.s.scram = next
+	}
+	c.s.scramMu.Unlock()
+	for _, name := range order {
+		r := results[name]
+		if saveErr != nil && r.ErrorCode == errNone {
+			r.ErrorCode, r.ErrorMessage = errKafkaStorageError, strPtr(saveErr.Error())
+		}
+		if r.ErrorCode == errNone {
+			c.s.logger.Info("SCRAM credentials changed", "by", c.principal, "user", name)
+		}
+		resp.Results = append(resp.Results, *r)
+	}
+	return resp, nil
+}
+
+// SCRAMFile keeps the SCRAM credentials AlterUserScramCredentials sets, in
+// one file replaced atomically, CRC-32C checked like the ACL and quota
+// files:
+//
+//	spool-scram 1
+//	{"SCRAM-SHA-256":{"alice":{"Salt":"...","Iterations":4096,"StoredKey":"...","ServerKey":"..."}}}
+//	crc32c 5e3a9b1c
+//
+// It holds salts and derived keys, never passwords; still, keep it
+// readable by the broker only (it is written 0600).
+type SCRAMFile struct {
+	path  string
+	creds map[string]map[string]scramCredential // as loaded
+}
+
+type scramFileCred struct {
+	Salt                 []byte
+	Iterations           int
+	StoredKey, ServerKey []byte
+}
+
+// ErrBadSCRAMFile means the SCRAM credentials file is damaged.
+var ErrBadSCRAMFile = errors.New("transport: SCRAM credentials file is damaged")
+
+// OpenSCRAMFile reads the credentials file at path (none yet if it does
+// not exist).
+func OpenSCRAMFile(path string) (*SCRAMFile, error) {
+	f := &SCRAMFile{path: path, creds: map[string]map[string]scramCredential{}}
+	data, err := vfs.ReadFile(vfs.Default, path)
+	if errors.Is(err, os.ErrNotExist) {
+		return f, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	body, tail, ok := bytes.Cut(data, []byte("\ncrc32c "))
+	bad := func(why string) (*SCRAMFile, error) {
+		return nil, fmt.Errorf("%w: %s: %s", ErrBadSCRAMFile, path, why)
+	}
+	if !ok {
+		return bad("no crc32c line")
+	}
+	body = append(body, '\n')
+	var sum uint32
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(tail)), "%08x", &sum); err != nil || crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)) != sum {
+		return bad("crc32c mismatch")
+	}
+	header, js, _ := bytes.Cut(body, []byte("\n"))
+	if string(header) != "spool-scram 1" {
+		return bad(fmt.Sprintf("header %q", header))
+	}
+	var raw map[string]map[string]scramFileCred
+	if err := json.Unmarshal(js, &raw); err != nil {
+		return bad(err.Error())
+	}
+	for mech, users := range raw {
+		if scramMechanismCode(mech) == 0 {
+			return bad("unknown mechanism " + mech)
+		}
+		f.creds[mech] = map[string]scramCredential{}
+		for user, c := range users {
+			f.creds[mech][user] = scramCredential{salt: c.Salt, iterations: c.Iterations, storedKey: c.StoredKey, serverKey: c.ServerKey}
+		}
+	}
+	return f, nil
+}
+
+func (f *SCRAMFile) save(creds map[string]map[string]scramCredential) error {
+	raw := map[string]map[string]scramFileCred{}
+	for mech, users := range creds {
+		if len(users) == 0 {
+			continue
+		}
+		raw[mech] = map[string]scramFileCred{}
+		for user, c := range users {
+			raw[mech][user] = scramFileCred{Salt: c.salt, Iterations: c.iterations, StoredKey: c.storedKey, ServerKey: c.serverKey}
+		}
+	}
+	js, err := json.Marshal(raw)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	buf.WriteString("spool-scram 1\n")
+	buf.Write(js)
+	buf.WriteByte('\n')
+	fmt.Fprintf(&buf, "crc32c %08x\n", crc32.Checksum(buf.Bytes(), crc32.MakeTable(crc32.Castagnoli)))
+	return vfs.WriteFileAtomic(vfs.Default, f.path, buf.Bytes())
+}
