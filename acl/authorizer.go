@@ -123,15 +123,21 @@ func compare(a, b Binding) int {
 	return int(a.Permission) - int(b.Permission)
 }
 
-// insert adds b if absent; false if it was there. Called with mu held (or
-// before the Authorizer is shared).
+// insert adds b if absent; false if it was there. Called before the
+// Authorizer is shared.
 func (a *Authorizer) insert(b Binding) bool {
-	i, found := slices.BinarySearchFunc(a.bindings, b, compare)
+	var added bool
+	a.bindings, added = insertInto(a.bindings, b)
+	return added
+}
+
+// insertInto adds b to the sorted list if absent.
+func insertInto(list []Binding, b Binding) ([]Binding, bool) {
+	i, found := slices.BinarySearchFunc(list, b, compare)
 	if found {
-		return false
+		return list, false
 	}
-	a.bindings = slices.Insert(a.bindings, i, b)
-	return true
+	return slices.Insert(list, i, b), true
 }
 
 // IsSuperUser reports whether principal is allowed everything.
@@ -186,51 +192,59 @@ func (a *Authorizer) Authorize(principal, host string, op Operation, rt Resource
 
 // Create adds bindings (CreateAcls): each invalid one gets its error and
 // is not added; an identical one already there succeeds. The valid ones are
-// saved before Create returns; if saving fails, none is added and every
-// valid one gets that error.
+// saved, then take effect; if saving fails, none is added and every valid
+// one gets that error.
 func (a *Authorizer) Create(bs []Binding) []error {
 	errs := make([]error, len(bs))
-	a.storeMu.Lock()
+	a.storeMu.Lock() // one change at a time: next is built from the current list
 	defer a.storeMu.Unlock()
-	a.mu.Lock()
-	before := slices.Clone(a.bindings)
+	a.mu.RLock()
+	next := slices.Clone(a.bindings)
+	a.mu.RUnlock()
 	changed := false
 	for i, b := range bs {
-		if errs[i] = b.Validate(); errs[i] == nil && a.insert(b) {
-			changed = true
+		if errs[i] = b.Validate(); errs[i] == nil {
+			var added bool
+			next, added = insertInto(next, b)
+			changed = changed || added
 		}
 	}
-	next := a.bindings
-	a.index = newIndex(next)
-	a.mu.Unlock()
 	if !changed {
 		return errs
 	}
 	if err := a.save(next); err != nil {
-		a.mu.Lock()
-		a.bindings, a.index = before, newIndex(before)
-		a.mu.Unlock()
 		for i := range errs {
 			if errs[i] == nil {
 				errs[i] = err
 			}
 		}
+		return errs
 	}
+	a.publish(next)
 	return errs
+}
+
+// publish makes next the bindings Authorize decides by.
+func (a *Authorizer) publish(next []Binding) {
+	ix := newIndex(next)
+	a.mu.Lock()
+	a.bindings, a.index = next, ix
+	a.mu.Unlock()
 }
 
 // Delete removes the bindings each filter matches (DeleteAcls) and returns
 // them per filter. An invalid filter gets its error and removes nothing;
-// the others' removals are saved before Delete returns (a failed save
-// removes nothing and is returned as the error).
+// the others' removals are saved, then take effect (a failed save removes
+// nothing and is returned as the error).
 func (a *Authorizer) Delete(fs []Filter) ([][]Binding, []error, error) {
 	removed := make([][]Binding, len(fs))
 	errs := make([]error, len(fs))
 	a.storeMu.Lock()
 	defer a.storeMu.Unlock()
-	a.mu.Lock()
+	a.mu.RLock()
 	before := a.bindings
-	next := slices.Clone(a.bindings)
+	a.mu.RUnlock()
+	next := slices.Clone(before)
 	for i, f := range fs {
 		if errs[i] = f.Validate(); errs[i] != nil {
 			continue
@@ -242,17 +256,13 @@ func (a *Authorizer) Delete(fs []Filter) ([][]Binding, []error, error) {
 		}
 		next = slices.DeleteFunc(next, f.Matches)
 	}
-	a.bindings, a.index = next, newIndex(next)
-	a.mu.Unlock()
 	if len(next) == len(before) {
 		return removed, errs, nil
 	}
 	if err := a.save(next); err != nil {
-		a.mu.Lock()
-		a.bindings, a.index = before, newIndex(before)
-		a.mu.Unlock()
 		return make([][]Binding, len(fs)), errs, err
 	}
+	a.publish(next)
 	return removed, errs, nil
 }
 
@@ -366,4 +376,34 @@ func (s *FileStore) Save(bs []Binding) error {
 	buf.WriteByte('\n')
 	fmt.Fprintf(&buf, "crc32c %08x\n", crc32.Checksum(buf.Bytes(), castagnoli))
 	return vfs.WriteFileAtomic(vfs.Default, s.path, buf.Bytes())
+}
+
+// AuthorizeAny reports whether principal, from host, may perform op on
+// some resource of type rt (Kafka's authorizeByResourceType, KIP-679): a
+// super user; or some ALLOW binding of the type grants op to it, and no
+// DENY of op binds the whole type for it (literal "*", or the empty
+// prefix).
+func (a *Authorizer) AuthorizeAny(principal, host string, op Operation, rt ResourceType) bool {
+	if a.super[principal] {
+		return true
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	applies := func(b Binding) bool {
+		return b.ResourceType == rt && (b.Principal == principal || b.Principal == "User:*") &&
+			(b.Host == host || b.Host == Wildcard) && implies(b.Operation, op, b.Permission)
+	}
+	allowed := false
+	for _, b := range a.bindings {
+		if !applies(b) {
+			continue
+		}
+		if b.Permission == Deny && ((b.Pattern == PatternLiteral && b.Name == Wildcard) || (b.Pattern == PatternPrefixed && b.Name == "")) {
+			return false
+		}
+		if b.Permission == Allow {
+			allowed = true
+		}
+	}
+	return allowed
 }

@@ -141,6 +141,7 @@ type Manager struct {
 	mu      sync.Mutex
 	quotas  map[Entity]map[Key]float64
 	buckets map[bucketKey]*rate
+	pruned  time.Time // when buckets were last pruned
 	storeMu sync.Mutex
 }
 
@@ -223,22 +224,25 @@ func (m *Manager) Record(key Key, user, client string, value float64) time.Durat
 	return d
 }
 
-// Check is Record for a response that is sent only if it does not
-// throttle (Kafka's Fetch under consumer_byte_rate): if the client would
-// have to wait, the value is not counted, the wait is returned, and the
-// response is to be sent empty.
-func (m *Manager) Check(key Key, user, client string, value float64) time.Duration {
-	d, _ := m.record(key, user, client, value, false)
-	return d
+// Check is Record for a response that may be held back (Kafka's Fetch
+// under consumer_byte_rate): send is false when the client is over its
+// quota already, before this response - it is then to be answered empty,
+// and the value is not counted. A response the client is within its quota
+// for is sent and counted even if it takes the client over (the wait says
+// by how much): one response larger than a window's quota would otherwise
+// never be sent, and the consumer never get past it.
+func (m *Manager) Check(key Key, user, client string, value float64) (wait time.Duration, send bool) {
+	return m.record(key, user, client, value, false)
 }
 
 func (m *Manager) record(key Key, user, client string, value float64, keepIfOver bool) (time.Duration, bool) {
 	now := m.cfg.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.prune(now)
 	limit, e, ok := m.resolve(key, user, client)
 	if !ok {
-		return 0, false
+		return 0, true
 	}
 	bk := bucketKey{key: key, entity: e}
 	if e.HasUser {
@@ -252,6 +256,7 @@ func (m *Manager) record(key Key, user, client string, value float64, keepIfOver
 		r = newRate(m.cfg.Window, m.cfg.Samples, now)
 		m.buckets[bk] = r
 	}
+	before, _ := r.rate(now)
 	r.add(value, now)
 	observed, length := r.rate(now)
 	if observed <= limit {
@@ -261,10 +266,35 @@ func (m *Manager) record(key Key, user, client string, value float64, keepIfOver
 	if key == RequestPercentage {
 		wait = min(wait, m.cfg.Window) // Kafka caps the request quota's throttle at one window
 	}
-	if !keepIfOver {
+	if !keepIfOver && before > limit {
 		r.add(-value, now)
+		return wait, false
 	}
 	return wait, true
+}
+
+// prune drops the usage of entities not seen for Samples windows, at most
+// once a window: client ids are the client's to choose, and a default
+// quota would otherwise keep a bucket for every one ever seen. Called with
+// mu held.
+func (m *Manager) prune(now time.Time) {
+	if now.Sub(m.pruned) < m.cfg.Window {
+		return
+	}
+	m.pruned = now
+	idle := time.Duration(m.cfg.Samples) * m.cfg.Window
+	for k, r := range m.buckets {
+		if n := len(r.samples); n == 0 || now.Sub(r.samples[n-1].start) >= idle {
+			delete(m.buckets, k)
+		}
+	}
+}
+
+// Buckets is the number of usage counters kept (for tests and metrics).
+func (m *Manager) Buckets() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.buckets)
 }
 
 // Quotas returns the configured quotas.

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -74,9 +75,18 @@ func TestRecordAndThrottle(t *testing.T) {
 	require.Zero(t, m.Record(ProducerByteRate, "bob", "x", 50))
 	require.Zero(t, m.Record(ProducerByteRate, "carol", "x", 50))
 	require.Equal(t, time.Second, m.Record(ProducerByteRate, "bob", "x", 50))
-	// Check does not count a value that would throttle.
-	require.Equal(t, 2*time.Second, m.Check(ProducerByteRate, "carol", "x", 100))
-	require.Zero(t, m.Check(ProducerByteRate, "carol", "x", 0), "carol's refused 100 bytes were not counted")
+	// Check sends (and counts) a response while the client is within its
+	// quota, even one that takes it over; once over, it holds responses
+	// back without counting them.
+	wait, send := m.Check(ProducerByteRate, "carol", "x", 100)
+	require.True(t, send, "within quota before it: sent, however large")
+	require.Equal(t, 2*time.Second, wait, "150 B over 1 s at 50 B/s")
+	wait, send = m.Check(ProducerByteRate, "carol", "x", 10)
+	require.False(t, send, "over quota: held back")
+	require.Equal(t, 2200*time.Millisecond, wait)
+	wait, send = m.Check(ProducerByteRate, "carol", "x", 0)
+	require.False(t, send)
+	require.Equal(t, 2*time.Second, wait, "the 10 held back bytes were not counted")
 	// Eleven windows later the old samples have expired.
 	now = now.Add(11 * time.Second)
 	require.Zero(t, m.Record(ProducerByteRate, "alice", "a", 100))
@@ -128,4 +138,19 @@ func TestAlterAndFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, data, 0o600))
 	_, _, err = OpenFile(path)
 	require.ErrorIs(t, err, ErrBadFile)
+}
+
+// Buckets of entities not seen for Samples windows are dropped: client
+// ids under a default quota cannot pile up.
+func TestIdleBucketsArePruned(t *testing.T) {
+	now := time.Unix(0, 0)
+	m, err := New(Config{Now: func() time.Time { return now }, Quotas: map[Entity]map[Key]float64{defClient: {ProducerByteRate: 100}}})
+	require.NoError(t, err)
+	for i := range 1000 {
+		m.Record(ProducerByteRate, "u", fmt.Sprint("client-", i), 1)
+	}
+	require.Equal(t, 1000, m.Buckets())
+	now = now.Add(12 * time.Second)
+	m.Record(ProducerByteRate, "u", "late", 1)
+	require.Equal(t, 1, m.Buckets())
 }

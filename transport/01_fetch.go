@@ -97,6 +97,7 @@ type fetchPart struct {
 }
 
 func serveFetch(c *conn, req *request) (responseWriter, error) {
+	start := time.Now()
 	body := req.body.(*kmsg.FetchRequest)
 	resp := body.ResponseKind().(*kmsg.FetchResponse)
 	resp.SetVersion(req.version)
@@ -155,22 +156,26 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 		}
 	}()
 
-	if err := longPoll(c, body, req.version, parts); err != nil {
+	waited, err := longPoll(c, body, req.version, parts)
+	if err != nil {
 		return nil, err
 	}
+	// request_percentage: the time serving the fetch, not waiting for data.
+	c.chargeRequestTime(req, time.Since(start)-waited, resp)
 	// consumer_byte_rate: a response that would take the consumer over
 	// its quota goes out empty, with the wait.
 	var read int64
 	for i := range parts {
 		read += parts[i].span.Len()
 	}
-	if wait := c.fetchQuota(req, read); wait > 0 {
+	wait, send := c.fetchQuota(req, read)
+	if !send {
 		for i := range parts {
 			releaseSpan(&parts[i].span)
 			parts[i].aborted = nil
 		}
-		c.throttle(wait, resp)
 	}
+	c.throttle(wait, resp)
 
 	// The response, with every partition's RecordBatches empty: the
 	// record bytes are spliced in as it is written.
@@ -272,7 +277,7 @@ func releaseParts(parts []fetchPart) {
 // has passed, or something needs an answer at once (an error, a diverging
 // epoch), as Kafka's DelayedFetch does. Waiting holds no segment: the
 // partitions' Changed channels wake it and it reads again.
-func longPoll(c *conn, body *kmsg.FetchRequest, version int16, parts []fetchPart) error {
+func longPoll(c *conn, body *kmsg.FetchRequest, version int16, parts []fetchPart) (waited time.Duration, err error) {
 	maxWait := time.Duration(max(body.MaxWaitMillis, 0)) * time.Millisecond
 	deadline := time.Now().Add(maxWait)
 	var (
@@ -299,7 +304,7 @@ func longPoll(c *conn, body *kmsg.FetchRequest, version int16, parts []fetchPart
 		n, now := readParts(body, version, parts)
 		if now || n >= int64(body.MinBytes) || maxWait <= 0 || len(parts) == 0 ||
 			c.stopping.Load() || !time.Now().Before(deadline) {
-			return nil
+			return waited, nil
 		}
 		releaseParts(parts)
 		if !armed {
@@ -309,7 +314,9 @@ func longPoll(c *conn, body *kmsg.FetchRequest, version int16, parts []fetchPart
 		if timer == nil {
 			timer = time.NewTimer(time.Until(deadline))
 		}
+		at := time.Now()
 		waitAny(chans, timer.C, nil)
+		waited += time.Since(at)
 	}
 }
 

@@ -30,7 +30,12 @@ func describeGroups(c *conn, req *request, body *kmsg.DescribeGroupsRequest) (km
 		rg := kmsg.NewDescribeGroupsResponseGroup()
 		rg.Group = id
 		if body.IncludeAuthorizedOperations {
-			rg.AuthorizedOperations = groupOperations
+			rg.AuthorizedOperations = 0
+			for _, op := range []acl.Operation{acl.OpRead, acl.OpDelete, acl.OpDescribe} {
+				if groupOperations&(1<<op) != 0 && c.can(op, acl.ResourceGroup, id) {
+					rg.AuthorizedOperations |= 1 << op
+				}
+			}
 		}
 		if id == "" {
 			rg.ErrorCode = errInvalidGroupID

@@ -53,7 +53,9 @@ func deleteTopics(c *conn, req *request, body *kmsg.DeleteTopicsRequest) (kmsg.R
 		err := errs[i]
 		if err == nil {
 			name := names[i]
-			rt.Topic = &name
+			if t.Topic != nil || c.can(acl.OpDescribe, acl.ResourceTopic, name) {
+				rt.Topic = &name // by id: named only to who may describe it
+			}
 			if !c.can(acl.OpDelete, acl.ResourceTopic, name) {
 				err = &apiError{errTopicAuthorizationFailed, "Authorization failed."}
 			} else {

@@ -139,15 +139,15 @@ func (c *conn) canCreateTopic(name string) bool {
 	return c.canCluster(acl.OpCreate) || c.can(acl.OpCreate, acl.ResourceTopic, name)
 }
 
-// canWriteSomeTopic reports whether the principal may WRITE some topic
-// (KIP-679's rule for an idempotent producer's InitProducerId).
+// canWriteSomeTopic reports whether the principal may WRITE some topic,
+// existing or not (KIP-679's rule for an idempotent producer's
+// InitProducerId): some ALLOW applies to it and no DENY of all topics.
 func (c *conn) canWriteSomeTopic() bool {
-	for _, t := range c.s.b.Topics() {
-		if c.can(acl.OpWrite, acl.ResourceTopic, t) {
-			return true
-		}
+	a := c.s.opts.Authorizer
+	if a == nil || c.controller {
+		return true
 	}
-	return false
+	return a.AuthorizeAny(c.principal, c.host(), acl.OpWrite, acl.ResourceTopic)
 }
 
 // gate runs the request's gate, if it has one: a non-nil response is the

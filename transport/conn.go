@@ -170,8 +170,11 @@ func (c *conn) handshake(tc *tls.Conn) bool {
 		}
 		return false
 	}
-	if certs := tc.ConnectionState().PeerCertificates; len(certs) > 0 {
-		name, err := c.s.principals.apply(certs[0].Subject.String())
+	// Only a certificate the handshake verified names the client: with
+	// ClientAuth RequestClientCert or RequireAnyClientCert, Go takes any
+	// certificate unchecked.
+	if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 && len(chains[0]) > 0 {
+		name, err := c.s.principals.apply(distinguishedName(chains[0][0]))
 		if err != nil {
 			c.s.tlsFailures.Add(1)
 			c.s.logger.Warn("TLS client refused", "remote", c.remote, "err", err)

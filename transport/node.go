@@ -117,6 +117,12 @@ type Node struct {
 // with the other voters', or another process with this node's id is
 // refused with an error that names the fix.
 func StartNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Server.Authorizer != nil || cfg.Server.Quotas != nil {
+		// The controller listener serves the nodes unchecked, and a
+		// cluster's ACLs and quotas would have to be in its metadata log
+		// to hold on every broker.
+		return nil, fmt.Errorf("%w: ACLs (Server.Authorizer) and quotas (Server.Quotas) on a cluster node are not supported yet", spool.ErrInvalidConfig)
+	}
 	if cfg.Server.SASL != nil {
 		// The nodes would have to authenticate to each other's listeners,
 		// and they have no SASL credentials to do it with: the node would

@@ -237,3 +237,30 @@ type throttleHook func(int32)
 func (h throttleHook) OnBrokerThrottle(_ kgo.BrokerMetadata, ms time.Duration, _ bool) {
 	h(int32(ms.Milliseconds()))
 }
+
+// A consumer whose fetches are each larger than its quota allows in a
+// window still makes progress: a response is held back only while the
+// consumer is over its quota already.
+func TestConsumerQuotaSmallerThanAFetch(t *testing.T) {
+	b, _, addr, _ := quotaServer(t, map[quota.Entity]map[quota.Key]float64{
+		{HasClient: true, ClientID: "big-fetch"}: {quota.ConsumerByteRate: 64 << 10},
+	})
+	p, err := b.NewProducer(spool.ProducerConfig{})
+	require.NoError(t, err)
+	value := make([]byte, 1024)
+	for range 512 {
+		p.Produce(context.Background(), spool.Record{Topic: "q", Value: value}, nil)
+	}
+	require.NoError(t, p.Close())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ClientID("big-fetch"), kgo.ConsumeTopics("q"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxPartitionBytes(1<<20))
+	require.NoError(t, err)
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n := 0
+	for n < 256 && ctx.Err() == nil {
+		n += cl.PollFetches(ctx).NumRecords()
+	}
+	require.GreaterOrEqual(t, n, 256, "the consumer got records although every fetch is over its quota's window")
+}

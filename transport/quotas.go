@@ -47,25 +47,42 @@ func (c *conn) applyQuotas(req *request, start time.Time, resp kmsg.Response) {
 	c.throttle(wait, resp)
 }
 
+// chargeRequestTime counts d of serving a request that applyQuotas does
+// not see (Fetch, which writes its own response) against request_percentage.
+func (c *conn) chargeRequestTime(req *request, d time.Duration, resp kmsg.Response) {
+	q := c.s.opts.Quotas
+	if q == nil || c.controller {
+		return
+	}
+	c.throttle(q.Record(quota.RequestPercentage, c.quotaUser(), req.clientID, max(d, 0).Seconds()*100), resp)
+}
+
 // throttle tells the client to wait and mutes the connection that long.
 func (c *conn) throttle(wait time.Duration, resp kmsg.Response) {
 	if wait <= 0 {
 		return
 	}
 	if tr, ok := resp.(kmsg.SetThrottleResponse); ok && resp != nil {
-		tr.SetThrottle(int32(min(wait.Milliseconds(), 1<<31-1)))
+		ms := int32(min(wait.Milliseconds(), 1<<31-1))
+		if cur, ok := resp.(kmsg.ThrottleResponse); ok {
+			if was, _ := cur.Throttle(); was > ms {
+				ms = was // several quotas: the longest wait
+			}
+		}
+		tr.SetThrottle(ms)
 	}
 	if until := time.Now().Add(wait); until.After(c.throttledUntil) {
 		c.throttledUntil = until
 	}
 }
 
-// fetchQuota decides a consumer's Fetch of n record bytes: 0 to send it,
-// or how long the client is to wait, the response then going out empty.
-func (c *conn) fetchQuota(req *request, n int64) time.Duration {
+// fetchQuota decides a consumer's Fetch of n record bytes: how long the
+// client is to wait after it, and whether it goes out (false: empty, the
+// consumer being over its quota already).
+func (c *conn) fetchQuota(req *request, n int64) (time.Duration, bool) {
 	q := c.s.opts.Quotas
 	if q == nil || c.controller || n == 0 {
-		return 0
+		return 0, true
 	}
 	return q.Check(quota.ConsumerByteRate, c.quotaUser(), req.clientID, float64(n))
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -150,12 +153,15 @@ func (f *TLSFiles) maybeReload() {
 	f.checked = time.Now()
 	old := f.stamps
 	f.mu.Unlock()
-	if f.stampFiles() == old {
+	seen := f.stampFiles()
+	if seen == old {
 		return
 	}
 	if err := f.Reload(); err != nil {
+		// Not again until they change again - from what was seen before
+		// this try: a key written just after it is picked up next time.
 		f.mu.Lock()
-		f.stamps = f.stampFiles() // not again until they change again
+		f.stamps = seen
 		f.mu.Unlock()
 		if f.onError != nil {
 			f.onError(err)
@@ -277,4 +283,63 @@ func javaReplacement(s string) string {
 func CheckPrincipalMappingRules(rules string) error {
 	_, err := parsePrincipalRules(rules)
 	return err
+}
+
+// distinguishedName is a certificate's subject as Java's
+// X500Principal.getName(RFC2253) writes it - what Kafka's principals,
+// super.users and mapping rules are written against: the relative
+// distinguished names in reverse order of the certificate's, multi-valued
+// ones joined by '+', attribute types by Java's keywords (CN, C, L, ST, O,
+// OU, STREET, DC, UID) or else dotted OIDs with the value as '#' and its
+// DER in hex, and ,+"\<>; escaped.
+func distinguishedName(cert *x509.Certificate) string {
+	var rdns pkix.RDNSequence
+	if rest, err := asn1.Unmarshal(cert.RawSubject, &rdns); err != nil || len(rest) > 0 {
+		return cert.Subject.String() // unparsable: Go's rendering, rather than nothing
+	}
+	var b strings.Builder
+	for i := len(rdns) - 1; i >= 0; i-- {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		for j, atv := range rdns[i] {
+			if j > 0 {
+				b.WriteByte('+')
+			}
+			kw, known := javaKeywords[atv.Type.String()]
+			s, isString := atv.Value.(string)
+			if known && isString {
+				b.WriteString(kw)
+				b.WriteByte('=')
+				b.WriteString(escapeDNValue(s))
+				continue
+			}
+			b.WriteString(atv.Type.String())
+			b.WriteString("=#")
+			der, _ := asn1.Marshal(atv.Value)
+			b.WriteString(hex.EncodeToString(der))
+		}
+	}
+	return b.String()
+}
+
+// javaKeywords are the attribute types X500Principal's RFC 2253 form names.
+var javaKeywords = map[string]string{
+	"2.5.4.3": "CN", "2.5.4.6": "C", "2.5.4.7": "L", "2.5.4.8": "ST", "2.5.4.10": "O", "2.5.4.11": "OU",
+	"2.5.4.9": "STREET", "0.9.2342.19200300.100.1.25": "DC", "0.9.2342.19200300.100.1.1": "UID",
+}
+
+// escapeDNValue escapes an attribute value as RFC 2253 says.
+func escapeDNValue(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case strings.ContainsRune(`,+"\<>;`, r),
+			i == 0 && (r == '#' || r == ' '),
+			i == len(s)-1 && r == ' ':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

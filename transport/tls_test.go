@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"log/slog"
 	"net"
 	"os"
@@ -387,4 +388,43 @@ func TestTwoListeners(t *testing.T) {
 	s2, err := NewServer(b, Options{})
 	require.NoError(t, err)
 	require.ErrorIs(t, s2.ServeListener(bad, Listener{SASL: true}), ErrInvalidOptions, "SASL without users")
+}
+
+// Subjects are written as Java's X500Principal.getName(RFC2253), which
+// Kafka's principals are: reverse order, DC and UID by keyword, values
+// escaped, other attributes as OIDs with their DER in hex.
+func TestDistinguishedNameAsJavaWritesIt(t *testing.T) {
+	ca, err := testcerts.NewCA("dn CA")
+	require.NoError(t, err)
+	dc := asn1.ObjectIdentifier{0, 9, 2342, 19200300, 100, 1, 25}
+	cn := asn1.ObjectIdentifier{2, 5, 4, 3}
+	serial := asn1.ObjectIdentifier{2, 5, 4, 5}
+	p, err := ca.Issue(testcerts.Options{Subject: pkix.Name{ExtraNames: []pkix.AttributeTypeAndValue{
+		{Type: dc, Value: "com"}, {Type: dc, Value: "corp"}, {Type: serial, Value: "42"},
+		{Type: cn, Value: "svc"}, {Type: cn, Value: "Smith, J+r"},
+	}}})
+	require.NoError(t, err)
+	require.Equal(t, `CN=Smith\, J\+r,CN=svc,2.5.4.5=#13023432,DC=corp,DC=com`, distinguishedName(p.Cert))
+	p, err = ca.Issue(testcerts.Options{Subject: pkix.Name{CommonName: "alice", OrganizationalUnit: []string{"eng"}, Organization: []string{"acme"}, Country: []string{"US"}}})
+	require.NoError(t, err)
+	require.Equal(t, "CN=alice,OU=eng,O=acme,C=US", distinguishedName(p.Cert))
+}
+
+// A certificate the handshake did not verify (ClientAuth
+// RequireAnyClientCert takes any) names no one: the client stays
+// User:ANONYMOUS.
+func TestUnverifiedCertificateIsAnonymous(t *testing.T) {
+	ts := newTLSSetup(t, false)
+	cert, err := tls.LoadX509KeyPair(ts.certFile, ts.keyFile)
+	require.NoError(t, err)
+	_, s, addr := testServer(t, spool.Options{}, Options{TLS: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAnyClientCert}})
+	forger, err := testcerts.NewCA("forger")
+	require.NoError(t, err)
+	admin, err := forger.Issue(testcerts.Options{Subject: pkix.Name{CommonName: "admin"}})
+	require.NoError(t, err)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTLSConfig(ts.clientTLS(t, admin)))
+	require.NoError(t, err)
+	defer cl.Close()
+	require.NoError(t, cl.Ping(context.Background()))
+	require.Equal(t, map[string]bool{"User:ANONYMOUS": true}, principals(s))
 }

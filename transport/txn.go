@@ -224,6 +224,9 @@ func describeTransactions(c *conn, req *request, body *kmsg.DescribeTransactions
 		}
 		rd.ProducerID, rd.ProducerEpoch = d.ProducerID, d.ProducerEpoch
 		for _, tp := range d.Partitions {
+			if !c.can(acl.OpDescribe, acl.ResourceTopic, tp.Topic) {
+				continue // Kafka leaves out topics the caller may not describe
+			}
 			if n := len(rd.Topics); n == 0 || rd.Topics[n-1].Topic != tp.Topic {
 				rt := kmsg.NewDescribeTransactionsResponseTransactionStateTopic()
 				rt.Topic = tp.Topic
