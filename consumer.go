@@ -13,6 +13,7 @@ import (
 	"github.com/spoolmq/spool/group"
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/quota"
 	"github.com/spoolmq/spool/record"
 )
 
@@ -123,6 +124,16 @@ type ConsumerConfig struct {
 	// up, before another member can get them; with AutoCommit their
 	// positions are committed just before.
 	OnRevoked func([]TopicPartition)
+
+	// Quota, when set, holds the consumer to the consumer_byte_rate that
+	// applies to ClientID and QuotaUser there (counting the bytes of the
+	// records Poll returns): a Poll after one that took it over its quota
+	// first waits as long as the quota asks. Give it the Manager of
+	// transport.Options.Quotas and in-process and network clients share
+	// one set of quotas.
+	Quota *quota.Manager
+	// ClientID and QuotaUser name the consumer to Quota.
+	ClientID, QuotaUser string
 }
 
 // TopicPartition names a partition.
@@ -143,6 +154,8 @@ type Consumer struct {
 	closed   bool
 
 	grp *groupMember // nil without a group
+
+	throttledUntil time.Time // Quota: when Poll may read again; Poll's goroutine only
 }
 
 type assignment struct {
@@ -437,6 +450,48 @@ func (c *Consumer) partOf(ctx context.Context, a *assignment) (readable, error) 
 // partition (see PartitionDescription.Offline) gives nothing until the
 // broker is reopened; Poll reads the others.
 func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
+	if err := c.quotaWait(ctx); err != nil {
+		return nil, err
+	}
+	recs, err := c.poll(ctx)
+	c.quotaRecord(recs)
+	return recs, err
+}
+
+// quotaWait waits out what the records of earlier polls cost under
+// ConsumerConfig.Quota.
+func (c *Consumer) quotaWait(ctx context.Context) error {
+	if wait := time.Until(c.throttledUntil); wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// quotaRecord counts records returned against ConsumerConfig.Quota: their
+// keys', values' and headers' bytes.
+func (c *Consumer) quotaRecord(recs []Record) {
+	if c.cfg.Quota == nil || len(recs) == 0 {
+		return
+	}
+	n := 0
+	for _, r := range recs {
+		n += len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			n += len(h.Key) + len(h.Value)
+		}
+	}
+	if wait := c.cfg.Quota.Record(quota.ConsumerByteRate, c.cfg.QuotaUser, c.cfg.ClientID, float64(n)); wait > 0 {
+		c.throttledUntil = time.Now().Add(wait)
+	}
+}
+
+func (c *Consumer) poll(ctx context.Context) ([]Record, error) {
 	deadline := time.Now().Add(c.cfg.FetchMaxWait)
 	var wake <-chan struct{}
 	if c.grp != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/quota"
 	"github.com/spoolmq/spool/record"
 )
 
@@ -111,6 +112,17 @@ type ProducerConfig struct {
 	// the coordinator aborts it (transaction.timeout.ms). Default 60 s; at
 	// most Options.TransactionMaxTimeout.
 	TransactionTimeout time.Duration
+
+	// Quota, when set, holds the producer to the producer_byte_rate that
+	// applies to ClientID and QuotaUser there: after each batch it writes,
+	// the partition's sender waits as long as the quota asks, as a Kafka
+	// client over its quota is muted. Give it the Manager of
+	// transport.Options.Quotas and in-process and network clients share
+	// one set of quotas.
+	Quota *quota.Manager
+	// ClientID and QuotaUser name the producer to Quota (client.id, and
+	// the user a network client authenticates as).
+	ClientID, QuotaUser string
 }
 
 // Producer batches records per partition and writes them in the
@@ -142,6 +154,8 @@ type Producer struct {
 	pid   int64
 	epoch int16
 	tx    txnStatus // the transaction, with a TransactionalID
+
+	quotaUntil time.Time // Quota: no partition's sender writes before this; guarded by mu
 }
 
 // producerTopic is a producer's state for one topic.
@@ -506,7 +520,7 @@ func (p *Producer) send(a *accum) {
 			} else if r.err = p.stamp(a, bt); r.err != nil {
 			} else if b, err := bt.bld.Build(); err != nil {
 				r.err = err
-			} else if p.cfg.Idempotent {
+			} else if p.quotaWait(b.Size()); p.cfg.Idempotent {
 				// Through the producer state: sequences, transactions.
 				// It waits for durability itself.
 				r.base, _, r.err = a.part.AppendProduced(b)
@@ -538,6 +552,7 @@ type sendResult struct {
 // complete reports a batch's records to their callbacks, in order, and
 // gives back its buffer space and builder.
 func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
+
 	if err != nil && bt.stamped {
 		p.sequenceLost(a, err)
 	}
@@ -560,6 +575,31 @@ func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
 	}
 	p.putBuilder(bt.bld)
 	p.mu.Unlock()
+}
+
+// quotaWait counts a batch about to be written against the Quota and
+// waits until the producer may write it: one deadline for all its
+// partitions' senders, as one muted connection would be, so that their
+// waits do not add up. Without a Quota it does nothing.
+func (p *Producer) quotaWait(size int) {
+	if p.cfg.Quota == nil {
+		return
+	}
+	wait := p.cfg.Quota.Record(quota.ProducerByteRate, p.cfg.QuotaUser, p.cfg.ClientID, float64(size))
+	p.mu.Lock()
+	if until := time.Now().Add(wait); wait > 0 && until.After(p.quotaUntil) {
+		p.quotaUntil = until
+	}
+	until := p.quotaUntil
+	p.mu.Unlock()
+	if d := time.Until(until); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-p.stop:
+		}
+	}
 }
 
 // lingerLoop seals batches whose Linger has passed.

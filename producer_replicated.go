@@ -103,6 +103,7 @@ func (p *Producer) newGroup(a *accum, batches []*batch) *sendGroup {
 			g.results[i].err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, age.Round(time.Millisecond))
 		} else if g.results[i].err = p.stamp(a, bt); g.results[i].err != nil {
 		} else if g.built[i], g.results[i].err = bt.bld.Build(); g.results[i].err == nil {
+			p.quotaWait(g.built[i].Size())
 			g.todo = append(g.todo, i)
 		}
 	}
