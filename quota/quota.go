@@ -48,7 +48,9 @@ const (
 	// percent (100: one handler busy all the time).
 	RequestPercentage Key = "request_percentage"
 	// ControllerMutationRate is partitions created or deleted per second.
-	// It is stored and described; spool does not enforce it yet.
+	// CreateTopics, CreatePartitions and DeleteTopics count against it;
+	// newer versions of them are refused THROTTLING_QUOTA_EXCEEDED while
+	// the client is over it (KIP-599).
 	ControllerMutationRate Key = "controller_mutation_rate"
 )
 

@@ -35,6 +35,10 @@ func createTopics(c *conn, req *request, body *kmsg.CreateTopicsRequest) (kmsg.R
 			err = &apiError{errInvalidRequest, fmt.Sprintf("Create topics request contains multiple entries for topic %s", t.Topic)}
 		} else if !c.canCreateTopic(t.Topic) {
 			err = &apiError{errTopicAuthorizationFailed, "Authorization failed."}
+		} else if !body.ValidateOnly && c.createMutations(t) > 0 && !c.s.topicExists(t.Topic) {
+			if err = c.mutationQuota(req, c.createMutations(t), req.version >= 6, resp); err == nil {
+				err = c.createTopic(&rt, t, body.ValidateOnly, req.version)
+			}
 		} else {
 			err = c.createTopic(&rt, t, body.ValidateOnly, req.version)
 		}
@@ -170,4 +174,21 @@ func topicExists(name string) error {
 // read as '_'.
 func collides(a, b string) bool {
 	return a != b && strings.ReplaceAll(a, ".", "_") == strings.ReplaceAll(b, ".", "_")
+}
+
+// createMutations is the partitions a CreateTopics topic creates, for
+// controller_mutation_rate: its count, or its assignment's, or one for the
+// broker's default.
+func (c *conn) createMutations(t kmsg.CreateTopicsRequestTopic) int {
+	if t.NumPartitions > 0 {
+		return int(t.NumPartitions)
+	}
+	return max(len(t.ReplicaAssignment), 1)
+}
+
+// topicExists reports whether a topic exists: creating it again mutates
+// nothing.
+func (s *Server) topicExists(name string) bool {
+	_, err := s.b.DescribeTopic(name)
+	return err == nil
 }

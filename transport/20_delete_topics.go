@@ -58,6 +58,10 @@ func deleteTopics(c *conn, req *request, body *kmsg.DeleteTopicsRequest) (kmsg.R
 			}
 			if !c.can(acl.OpDelete, acl.ResourceTopic, name) {
 				err = &apiError{errTopicAuthorizationFailed, "Authorization failed."}
+			} else if d, derr := c.s.b.DescribeTopic(name); derr == nil && count[name] == 1 && !d.Internal {
+				if err = c.mutationQuota(req, len(d.Partitions), req.version >= 5, resp); err == nil {
+					err = c.deleteTopic(name, false, &rt)
+				}
 			} else {
 				err = c.deleteTopic(name, count[name] > 1, &rt)
 			}

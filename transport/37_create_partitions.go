@@ -28,6 +28,10 @@ func createPartitions(c *conn, req *request, body *kmsg.CreatePartitionsRequest)
 			err = &apiError{errInvalidRequest, "Duplicate topic in request: " + t.Topic}
 		} else if !c.can(acl.OpAlter, acl.ResourceTopic, t.Topic) {
 			err = &apiError{errTopicAuthorizationFailed, "Authorization failed."}
+		} else if d, derr := c.s.b.DescribeTopic(t.Topic); derr == nil && !body.ValidateOnly && t.Count > int32(len(d.Partitions)) {
+			if err = c.mutationQuota(req, int(t.Count)-len(d.Partitions), req.version >= 3, resp); err == nil {
+				err = c.createPartitions(t, body.ValidateOnly)
+			}
 		} else {
 			err = c.createPartitions(t, body.ValidateOnly)
 		}

@@ -264,3 +264,32 @@ func TestConsumerQuotaSmallerThanAFetch(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, n, 256, "the consumer got records although every fetch is over its quota's window")
 }
+
+// controller_mutation_rate: topics are created while the client is within
+// its quota of partition mutations; once it is over, a newer CreateTopics
+// refuses the next ones with THROTTLING_QUOTA_EXCEEDED and creates
+// nothing for them, and the response carries the wait.
+func TestControllerMutationQuota(t *testing.T) {
+	b, _, addr, _ := quotaServer(t, map[quota.Entity]map[quota.Key]float64{
+		{HasClient: true, ClientID: "admin"}: {quota.ControllerMutationRate: 2},
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ClientID("admin"))
+	require.NoError(t, err)
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	for _, name := range []string{"m1", "m2", "m3", "m4"} {
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 1, 1
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(context.Background(), cl)
+	require.NoError(t, err)
+	codes := map[string]int16{}
+	for _, rt := range resp.Topics {
+		codes[rt.Topic] = rt.ErrorCode
+	}
+	require.Equal(t, map[string]int16{"m1": 0, "m2": 0, "m3": 0, "m4": errThrottlingQuotaExceeded}, codes)
+	require.Positive(t, resp.ThrottleMillis)
+	require.NotContains(t, b.Topics(), "m4", "the refused topic was not created")
+	require.Contains(t, b.Topics(), "m3")
+}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -55,6 +56,34 @@ func (c *conn) chargeRequestTime(req *request, d time.Duration, resp kmsg.Respon
 		return
 	}
 	c.throttle(q.Record(quota.RequestPercentage, c.quotaUser(), req.clientID, max(d, 0).Seconds()*100), resp)
+}
+
+// errThrottlingQuotaExceeded: a topic mutation refused under
+// controller_mutation_rate (KIP-599).
+const errThrottlingQuotaExceeded int16 = 89
+
+// mutationQuota counts n partition mutations (created or deleted) of one
+// topic against controller_mutation_rate, and sets the response's
+// throttle. strict (CreateTopics v6+, CreatePartitions v3+, DeleteTopics
+// v5+, whose clients know THROTTLING_QUOTA_EXCEEDED) refuses the topic
+// while the client is over its quota already, as Kafka does; older
+// versions are served and throttled.
+func (c *conn) mutationQuota(req *request, n int, strict bool, resp kmsg.Response) error {
+	q := c.s.opts.Quotas
+	if q == nil || c.controller || n <= 0 {
+		return nil
+	}
+	user := c.quotaUser()
+	if !strict {
+		c.throttle(q.Record(quota.ControllerMutationRate, user, req.clientID, float64(n)), resp)
+		return nil
+	}
+	wait, send := q.Check(quota.ControllerMutationRate, user, req.clientID, float64(n))
+	c.throttle(wait, resp)
+	if !send {
+		return &apiError{errThrottlingQuotaExceeded, fmt.Sprintf("The controller mutation quota is exceeded; retry after %v.", wait.Round(time.Millisecond))}
+	}
+	return nil
 }
 
 // throttle tells the client to wait and mutes the connection that long.
