@@ -24,6 +24,19 @@ func metadata(c *conn, req *request, body *kmsg.MetadataRequest) (kmsg.Response,
 	clusterID := c.s.ClusterID()
 	resp.ClusterID = &clusterID
 
+	defer func() {
+		if req.version >= 8 && req.version <= 10 && body.IncludeClusterAuthorizedOperations {
+			resp.AuthorizedOperations = c.authorizedOps(acl.ResourceCluster, acl.ClusterName, clusterOps)
+		}
+		if req.version >= 8 && body.IncludeTopicAuthorizedOperations {
+			for i := range resp.Topics {
+				if t := &resp.Topics[i]; t.ErrorCode == errNone && t.Topic != nil {
+					t.AuthorizedOperations = c.authorizedOps(acl.ResourceTopic, *t.Topic, topicOps)
+				}
+			}
+		}
+	}()
+
 	// v0: an empty list means every topic; v1+: a null one does.
 	if body.Topics == nil || req.version == 0 && len(body.Topics) == 0 {
 		for _, name := range b.Topics() {

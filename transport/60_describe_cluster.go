@@ -1,6 +1,9 @@
 package transport
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"github.com/spoolmq/spool/acl"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
 // DescribeCluster v0-2 (KIP-700): the live brokers and the controller (on
 // a standalone broker, this node is both). v1 adds the endpoint type: this
@@ -30,6 +33,9 @@ func describeCluster(c *conn, req *request, body *kmsg.DescribeClusterRequest) (
 		return resp, nil
 	}
 	resp.ClusterID = c.s.ClusterID()
+	if body.IncludeClusterAuthorizedOperations {
+		resp.ClusterAuthorizedOperations = c.authorizedOps(acl.ResourceCluster, acl.ClusterName, clusterOps)
+	}
 	brokers, ctrl := c.s.brokers(c.ln)
 	resp.ControllerID = ctrl
 	if q := c.s.b.Quorum(); q != nil && req.version >= 2 && body.IncludeFencedBrokers {

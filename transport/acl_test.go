@@ -149,6 +149,12 @@ func TestACLs(t *testing.T) {
 	createACL(t, admin, grant(acl.ResourceTopic, "orders", acl.PatternLiteral, "User:alice", acl.OpWrite, acl.Allow))
 	require.NoError(t, produceErr(alice, "orders", "one"))
 	require.Equal(t, map[string]int16{"orders": 0}, metadataTopics(t, alice))
+	mreq := kmsg.NewPtrMetadataRequest()
+	mreq.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr("orders")}}
+	mreq.IncludeTopicAuthorizedOperations = true
+	mresp, err := mreq.RequestWith(ctx, alice)
+	require.NoError(t, err)
+	require.Equal(t, int32(1<<acl.OpWrite|1<<acl.OpDescribe), mresp.Topics[0].AuthorizedOperations, "KIP-430: WRITE, and the DESCRIBE it implies")
 	fresp, err = fetch.RequestWith(ctx, alice)
 	require.NoError(t, err)
 	require.Equal(t, kerr.TopicAuthorizationFailed.Code, fresp.Topics[0].Partitions[0].ErrorCode, "WRITE grants no READ")

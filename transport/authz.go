@@ -210,3 +210,20 @@ var checkedInHandler = []kmsg.Key{
 // unchecked are the APIs Kafka serves to anyone: before authentication,
 // or to find out what the broker speaks.
 var unchecked = []kmsg.Key{kmsg.ApiVersions, kmsg.SASLHandshake, kmsg.SASLAuthenticate}
+
+// Authorized-operations bitfields (KIP-430): bit 1<<op for each operation
+// of the resource type the principal may perform.
+var (
+	topicOps   = []acl.Operation{acl.OpRead, acl.OpWrite, acl.OpCreate, acl.OpDelete, acl.OpAlter, acl.OpDescribe, acl.OpDescribeConfigs, acl.OpAlterConfigs}
+	clusterOps = []acl.Operation{acl.OpCreate, acl.OpAlter, acl.OpDescribe, acl.OpClusterAction, acl.OpDescribeConfigs, acl.OpAlterConfigs, acl.OpIdempotentWrite}
+)
+
+func (c *conn) authorizedOps(rt acl.ResourceType, name string, ops []acl.Operation) int32 {
+	var bits int32
+	for _, op := range ops {
+		if c.can(op, rt, name) {
+			bits |= 1 << op
+		}
+	}
+	return bits
+}
