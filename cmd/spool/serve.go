@@ -309,8 +309,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	stopReload := reloadOnHangup(tlsFiles, logger)
 	defer stopReload()
 	if listeners == nil {
-		listeners = []serveListener{{addr: *listen, cfg: transport.Listener{TLS: opts.TLS, SASL: opts.SASL != nil,
-			AdvertisedHost: opts.AdvertisedHost, AdvertisedPort: opts.AdvertisedPort}}}
+		l := transport.Listener{TLS: opts.TLS, SASL: opts.SASL != nil, AdvertisedHost: opts.AdvertisedHost, AdvertisedPort: opts.AdvertisedPort}
+		l.Name = l.SecurityProtocol()
+		listeners = []serveListener{{addr: *listen, cfg: l}}
 	}
 	code := serve(ctx, b, opts, listeners, logger, stderr)
 	return closeBroker("spool serve", b, code, stderr)
@@ -335,7 +336,7 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listene
 		}
 	}
 	for i, l := range ls {
-		logger.Info("listening", "listener", listeners[i].cfg.Name, "security", listeners[i].cfg.SecurityProtocol(), "addr", l.Addr().String(),
+		logger.Info("listening", "addr", l.Addr().String(), "listener", listeners[i].cfg.Name, "security", listeners[i].cfg.SecurityProtocol(),
 			"data", b.Dir(), "node_id", opts.NodeID, "cluster_id", srv.ClusterID(), "sasl", listeners[i].cfg.SASL, "tls", listeners[i].cfg.TLS != nil,
 			"max_connections", opts.MaxConnections, "max_connections_per_ip", opts.MaxConnectionsPerIP,
 			"queued_max_request_bytes", opts.QueuedMaxRequestBytes)
