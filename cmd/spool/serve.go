@@ -341,12 +341,13 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listene
 			"max_connections", opts.MaxConnections, "max_connections_per_ip", opts.MaxConnectionsPerIP,
 			"queued_max_request_bytes", opts.QueuedMaxRequestBytes)
 	}
-	fmt.Fprintf(stderr, "spool: serving on %s\n", ls[0].Addr())
 	if len(ls) > 1 {
 		for i, l := range ls {
 			fmt.Fprintf(stderr, "spool: listener %s on %s\n", listeners[i].cfg.Name, l.Addr())
 		}
 	}
+	// Last: harnesses wait for this line, and then read the ones above.
+	fmt.Fprintf(stderr, "spool: serving on %s\n", ls[0].Addr())
 
 	served := make(chan error, len(ls))
 	for i, l := range ls {
