@@ -1,16 +1,15 @@
 package acl
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/spoolmq/spool/internal/crcfile"
 	"github.com/spoolmq/spool/internal/vfs"
 )
 
@@ -313,7 +312,8 @@ type FileStore struct {
 // DENY bindings would let in what they keep out.
 var ErrBadFile = errors.New("acl: ACL file is damaged")
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// aclsHeader is the first line of a FileStore's file.
+const aclsHeader = "spool-acls 1"
 
 // OpenFile returns the store at path and the bindings it holds (none if
 // the file does not exist yet).
@@ -333,21 +333,9 @@ func OpenFile(path string) (*FileStore, []Binding, error) {
 }
 
 func decodeFile(data []byte) ([]Binding, error) {
-	body, tail, ok := bytes.Cut(data, []byte("\ncrc32c "))
-	if !ok {
-		return nil, errors.New("no crc32c line")
-	}
-	body = append(body, '\n')
-	var sum uint32
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(tail)), "%08x", &sum); err != nil {
-		return nil, fmt.Errorf("crc32c line: %v", err)
-	}
-	if crc32.Checksum(body, castagnoli) != sum {
-		return nil, errors.New("crc32c mismatch")
-	}
-	header, js, ok := bytes.Cut(body, []byte("\n"))
-	if !ok || string(header) != "spool-acls 1" {
-		return nil, fmt.Errorf("header %q", header)
+	js, err := crcfile.Decode(data, aclsHeader)
+	if err != nil {
+		return nil, err
 	}
 	var bs []Binding
 	if err := json.Unmarshal(js, &bs); err != nil {
@@ -370,12 +358,7 @@ func (s *FileStore) Save(bs []Binding) error {
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	buf.WriteString("spool-acls 1\n")
-	buf.Write(js)
-	buf.WriteByte('\n')
-	fmt.Fprintf(&buf, "crc32c %08x\n", crc32.Checksum(buf.Bytes(), castagnoli))
-	return vfs.WriteFileAtomic(vfs.Default, s.path, buf.Bytes())
+	return vfs.WriteFileAtomic(vfs.Default, s.path, crcfile.Encode(aclsHeader, js))
 }
 
 // AuthorizeAny reports whether principal, from host, may perform op on

@@ -1,14 +1,12 @@
 package quota
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
-	"strings"
 
+	"github.com/spoolmq/spool/internal/crcfile"
 	"github.com/spoolmq/spool/internal/vfs"
 )
 
@@ -27,7 +25,8 @@ type FileStore struct {
 // ErrBadFile means the quota file is damaged; it is never guessed at.
 var ErrBadFile = errors.New("quota: quota file is damaged")
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// quotasHeader is the first line of a FileStore's file.
+const quotasHeader = "spool-quotas 1"
 
 type fileEntry struct {
 	Entity Entity
@@ -52,21 +51,9 @@ func OpenFile(path string) (*FileStore, map[Entity]map[Key]float64, error) {
 }
 
 func decodeFile(data []byte) (map[Entity]map[Key]float64, error) {
-	body, tail, ok := bytes.Cut(data, []byte("\ncrc32c "))
-	if !ok {
-		return nil, errors.New("no crc32c line")
-	}
-	body = append(body, '\n')
-	var sum uint32
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(tail)), "%08x", &sum); err != nil {
-		return nil, fmt.Errorf("crc32c line: %v", err)
-	}
-	if crc32.Checksum(body, castagnoli) != sum {
-		return nil, errors.New("crc32c mismatch")
-	}
-	header, js, ok := bytes.Cut(body, []byte("\n"))
-	if !ok || string(header) != "spool-quotas 1" {
-		return nil, fmt.Errorf("header %q", header)
+	js, err := crcfile.Decode(data, quotasHeader)
+	if err != nil {
+		return nil, err
 	}
 	var entries []fileEntry
 	if err := json.Unmarshal(js, &entries); err != nil {
@@ -97,10 +84,5 @@ func (s *FileStore) Save(qs map[Entity]map[Key]float64) error {
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	buf.WriteString("spool-quotas 1\n")
-	buf.Write(js)
-	buf.WriteByte('\n')
-	fmt.Fprintf(&buf, "crc32c %08x\n", crc32.Checksum(buf.Bytes(), castagnoli))
-	return vfs.WriteFileAtomic(vfs.Default, s.path, buf.Bytes())
+	return vfs.WriteFileAtomic(vfs.Default, s.path, crcfile.Encode(quotasHeader, js))
 }

@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"maps"
 	"os"
 	"slices"
-	"strings"
 
 	"github.com/spoolmq/spool/acl"
+	"github.com/spoolmq/spool/internal/crcfile"
 	"github.com/spoolmq/spool/internal/vfs"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -269,6 +268,9 @@ type scramFileCred struct {
 	StoredKey, ServerKey []byte
 }
 
+// scramHeader is the first line of a SCRAMFile.
+const scramHeader = "spool-scram 1"
+
 // ErrBadSCRAMFile means the SCRAM credentials file is damaged.
 var ErrBadSCRAMFile = errors.New("transport: SCRAM credentials file is damaged")
 
@@ -283,21 +285,12 @@ func OpenSCRAMFile(path string) (*SCRAMFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, tail, ok := bytes.Cut(data, []byte("\ncrc32c "))
 	bad := func(why string) (*SCRAMFile, error) {
 		return nil, fmt.Errorf("%w: %s: %s", ErrBadSCRAMFile, path, why)
 	}
-	if !ok {
-		return bad("no crc32c line")
-	}
-	body = append(body, '\n')
-	var sum uint32
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(tail)), "%08x", &sum); err != nil || crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)) != sum {
-		return bad("crc32c mismatch")
-	}
-	header, js, _ := bytes.Cut(body, []byte("\n"))
-	if string(header) != "spool-scram 1" {
-		return bad(fmt.Sprintf("header %q", header))
+	js, err := crcfile.Decode(data, scramHeader)
+	if err != nil {
+		return bad(err.Error())
 	}
 	var raw map[string]map[string]scramFileCred
 	if err := json.Unmarshal(js, &raw); err != nil {
@@ -330,10 +323,5 @@ func (f *SCRAMFile) save(creds map[string]map[string]scramCredential) error {
 	if err != nil {
 		return err
 	}
-	var buf bytes.Buffer
-	buf.WriteString("spool-scram 1\n")
-	buf.Write(js)
-	buf.WriteByte('\n')
-	fmt.Fprintf(&buf, "crc32c %08x\n", crc32.Checksum(buf.Bytes(), crc32.MakeTable(crc32.Castagnoli)))
-	return vfs.WriteFileAtomic(vfs.Default, f.path, buf.Bytes())
+	return vfs.WriteFileAtomic(vfs.Default, f.path, crcfile.Encode(scramHeader, js))
 }
