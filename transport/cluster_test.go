@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/internal/testnet"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -32,36 +32,7 @@ type testCluster struct {
 	tune   func(*NodeConfig)
 }
 
-// freeAddr returns a loopback address nothing listens on, for a node to
-// listen on later. It is taken below Linux's ephemeral range (32768 and
-// up): a port the kernel picked for this listener could be handed, once
-// closed, to any client socket of the tests running meanwhile (other
-// packages' too) before the node binds it. Each is handed out once per
-// process.
-func freeAddr(t testing.TB) string {
-	freeAddrMu.Lock()
-	defer freeAddrMu.Unlock()
-	for range 1000 {
-		port := 20000 + rand.IntN(12000)
-		if freeAddrUsed[port] {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		freeAddrUsed[port] = true
-		return l.Addr().String()
-	}
-	t.Fatal("no free port in 20000-31999")
-	return ""
-}
-
-var (
-	freeAddrMu   sync.Mutex
-	freeAddrUsed = map[int]bool{}
-)
+func freeAddr(t testing.TB) string { return testnet.FreeAddr(t) }
 
 func clusterLogger() *slog.Logger {
 	if os.Getenv("SPOOL_TEST_LOG") != "" {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/internal/testnet"
 	"github.com/spoolmq/spool/transport"
 )
 
@@ -265,33 +265,7 @@ type testCluster struct {
 	nodes  map[int32]*transport.Node
 }
 
-// freeAddr returns a loopback address nothing listens on, below Linux's
-// ephemeral range so that no client socket of a test running meanwhile can
-// be given it before the node binds it; each is handed out once.
-func freeAddr(t *testing.T) string {
-	freeAddrMu.Lock()
-	defer freeAddrMu.Unlock()
-	for range 1000 {
-		port := 20000 + rand.IntN(12000)
-		if freeAddrUsed[port] {
-			continue
-		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		freeAddrUsed[port] = true
-		return l.Addr().String()
-	}
-	t.Fatal("no free port in 20000-31999")
-	return ""
-}
-
-var (
-	freeAddrMu   sync.Mutex
-	freeAddrUsed = map[int]bool{}
-)
+func freeAddr(t *testing.T) string { return testnet.FreeAddr(t) }
 
 // startCluster starts n nodes and waits until each has registered and
 // caught up with the metadata log; they are closed at the end of the test.
