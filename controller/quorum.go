@@ -385,9 +385,13 @@ func (q *Quorum) Close() error {
 	}
 	close(q.stop)
 	q.active.Store(false)
-	err := q.raft.Shutdown().Error()
-	q.stream.Close()
+	// Raft's shutdown waits for its goroutines before it closes the
+	// transport; one blocked on a peer's connection would wait with it.
+	// So: start the shutdown, cut every Raft connection, then wait.
+	f := q.raft.Shutdown()
 	q.trans.Close()
+	q.stream.Close()
+	err := f.Error()
 	q.wg.Wait()
 	return errors.Join(err, q.stores.Close())
 }

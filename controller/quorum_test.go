@@ -530,3 +530,89 @@ func (s *pipeSink) Write(p []byte) (int, error) { return s.Buffer.Write(p) }
 func (s *pipeSink) Close() error                { return nil }
 func (s *pipeSink) ID() string                  { return "test" }
 func (s *pipeSink) Cancel() error               { return nil }
+
+// A peer that stops sending halfway through a snapshot leaves Raft's main
+// goroutine reading a connection that has no deadline. Close must still
+// return: it cuts the node's Raft connections before it waits for Raft.
+func TestQuorumCloseWhileAPeerStallsMidSnapshot(t *testing.T) {
+	c := newCluster(t, 2)
+	q := c.start(1) // node 2 is played below by a peer that stalls
+
+	// The peer's side: a hello as node 2, then hashicorp/raft's own
+	// transport sends an InstallSnapshot whose data never comes.
+	dial := func(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+		nc, err := net.DialTimeout("tcp", string(addr), timeout)
+		if err != nil {
+			return nil, err
+		}
+		bw := bufio.NewWriter(nc)
+		bw.WriteByte(RaftMagic)
+		if err := writeFrame(bw, hello{NodeID: 2, Incarnation: "stalling-peer", Voters: FormatVoters(c.voters)}); err != nil {
+			return nil, err
+		}
+		if err := bw.Flush(); err != nil {
+			return nil, err
+		}
+		var ans helloAnswer
+		if err := readFrame(nc, &ans); err != nil || ans.Error != "" {
+			nc.Close()
+			return nil, fmt.Errorf("hello: %v %s", err, ans.Error)
+		}
+		return nc, nil
+	}
+	peer := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: &dialOnly{dial: dial}, MaxPool: 1, Logger: nil,
+	})
+	defer peer.Close()
+	stalled, never := io.Pipe()
+	defer never.Close()
+	go peer.InstallSnapshot("1", raft.ServerAddress(c.voters[0].Addr), &raft.InstallSnapshotRequest{
+		RPCHeader:       raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("2"), Addr: []byte(c.voters[1].Addr)},
+		SnapshotVersion: raft.SnapshotVersionMax, Term: 1 << 20, LastLogIndex: 1 << 20, LastLogTerm: 1 << 20,
+		Size: 1 << 20, ConfigurationIndex: 1 << 20,
+		Configuration: raft.EncodeConfiguration(raft.Configuration{Servers: []raft.Server{
+			{Suffrage: raft.Voter, ID: "1", Address: raft.ServerAddress(c.voters[0].Addr)},
+			{Suffrage: raft.Voter, ID: "2", Address: raft.ServerAddress(c.voters[1].Addr)},
+		}}),
+	}, &raft.InstallSnapshotResponse{}, stalled)
+
+	// Node 1 took the peer as its leader: it is in the snapshot's copy.
+	require.Eventually(t, func() bool {
+		_, id := q.raft.LeaderWithID()
+		return id == "2"
+	}, 10*time.Second, 10*time.Millisecond)
+
+	closed := make(chan error, 1)
+	go func() { closed <- q.Close() }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Quorum.Close did not return while a peer stalled mid-snapshot")
+	}
+	c.nodes[1].q.Store(nil)
+}
+
+// dialOnly is a raft.StreamLayer that only dials.
+type dialOnly struct {
+	dial   func(raft.ServerAddress, time.Duration) (net.Conn, error)
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (d *dialOnly) Dial(a raft.ServerAddress, t time.Duration) (net.Conn, error) { return d.dial(a, t) }
+func (d *dialOnly) Accept() (net.Conn, error) {
+	d.once.Do(func() { d.closed = make(chan struct{}) })
+	<-d.closed
+	return nil, net.ErrClosed
+}
+func (d *dialOnly) Close() error {
+	d.once.Do(func() { d.closed = make(chan struct{}) })
+	select {
+	case <-d.closed:
+	default:
+		close(d.closed)
+	}
+	return nil
+}
+func (d *dialOnly) Addr() net.Addr { return strAddr("stalling-peer") }

@@ -82,16 +82,58 @@ var ErrPeerMismatch = errors.New("controller: peer does not belong to this quoru
 
 // streamLayer is a raft.StreamLayer fed by Quorum.ServeConn and dialing
 // with the hello.
+//
+// It keeps every connection it gave Raft, accepted or dialed, and closes
+// them when it closes: hashicorp/raft's shutdown waits for its goroutines
+// before it closes the transport, and a goroutine reading a snapshot from a
+// peer that went quiet has no deadline to wake it. Closing the connections
+// wakes every one of them.
 type streamLayer struct {
 	q      *Quorum
 	conns  chan net.Conn
 	closed chan struct{}
 	once   sync.Once
 	addr   net.Addr
+
+	mu   sync.Mutex
+	open map[*trackedConn]struct{} // nil once closed
 }
 
 func newStreamLayer(q *Quorum) *streamLayer {
-	return &streamLayer{q: q, conns: make(chan net.Conn), closed: make(chan struct{}), addr: strAddr(q.cfg.Addr)}
+	return &streamLayer{q: q, conns: make(chan net.Conn), closed: make(chan struct{}), addr: strAddr(q.cfg.Addr),
+		open: map[*trackedConn]struct{}{}}
+}
+
+// trackedConn is a connection the stream layer gave Raft; closing it
+// forgets it.
+type trackedConn struct {
+	net.Conn
+	s    *streamLayer
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.s.mu.Lock()
+		if c.s.open != nil {
+			delete(c.s.open, c)
+		}
+		c.s.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// track registers c, or closes it if the layer is closed already.
+func (s *streamLayer) track(c net.Conn) (net.Conn, error) {
+	tc := &trackedConn{Conn: c, s: s}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open == nil {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	s.open[tc] = struct{}{}
+	return tc, nil
 }
 
 type strAddr string
@@ -102,14 +144,24 @@ func (a strAddr) String() string  { return string(a) }
 func (s *streamLayer) Accept() (net.Conn, error) {
 	select {
 	case c := <-s.conns:
-		return c, nil
+		return s.track(c)
 	case <-s.closed:
 		return nil, net.ErrClosed
 	}
 }
 
+// Close stops accepting and closes every connection given to Raft.
 func (s *streamLayer) Close() error {
-	s.once.Do(func() { close(s.closed) })
+	s.once.Do(func() {
+		close(s.closed)
+		s.mu.Lock()
+		open := s.open
+		s.open = nil
+		s.mu.Unlock()
+		for c := range open {
+			c.Conn.Close()
+		}
+	})
 	return nil
 }
 
@@ -126,7 +178,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		c.Close()
 		return nil, fmt.Errorf("%w: %s refused this node: %s", ErrPeerMismatch, address, ans.Error)
 	}
-	return c, nil
+	return s.track(c)
 }
 
 // dialHello connects to a controller listener and exchanges hellos.

@@ -55,6 +55,7 @@ func newTestCluster(t testing.TB, n int) *testCluster {
 		nodes := c.nodes
 		c.nodes = map[int32]*Node{}
 		c.mu.Unlock()
+		defer testnet.Watchdog(2*time.Minute, "closing the test cluster's nodes")()
 		var wg sync.WaitGroup
 		for _, nd := range nodes {
 			wg.Go(func() {
