@@ -217,6 +217,21 @@ var (
 	_ raft.WithClose   = (*observedTransport)(nil)
 )
 
+// AppendEntriesPipeline implements raft.Transport: it refuses, so Raft
+// sends every AppendEntries as a call of its own (AppendEntries above,
+// which records the answer). hashicorp/raft's pipeline (v1.8.0) can wedge
+// for good: when the follower refuses an append, the goroutine reading
+// the pipeline's answers stops, and the one sending blocks handing over
+// its next request while the reader of the connection blocks handing an
+// answer to nobody - the follower gets no more entries (only heartbeats,
+// so no election heals it) and Raft's shutdown waits forever. A stalled
+// CI run showed exactly those three goroutines. The metadata log is small
+// and its entries few: a round trip per append costs nothing that
+// matters.
+func (t *observedTransport) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
 // AppendEntries implements raft.Transport.
 func (t *observedTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	leaderEnd := t.progress.leaderEnd()

@@ -166,3 +166,14 @@ func TestQuorumDescribe(t *testing.T) {
 		return upToDate(d, 1, 2, 3)
 	}, 20*time.Second, 10*time.Millisecond, "the restarted voter catches up")
 }
+
+// Raft replicates the metadata log one AppendEntries at a time: the
+// transport refuses hashicorp/raft's pipeline, which can wedge a
+// follower's replication and Raft's shutdown for good (see
+// AppendEntriesPipeline).
+func TestRaftReplicatesWithoutPipeline(t *testing.T) {
+	var tr raft.Transport = &observedTransport{}
+	p, err := tr.AppendEntriesPipeline("2", "127.0.0.1:1")
+	require.Nil(t, p)
+	require.ErrorIs(t, err, raft.ErrPipelineReplicationNotSupported)
+}
