@@ -48,6 +48,9 @@ type Remote interface {
 	DeleteTopic(ctx context.Context, addr string, name string) error
 	CreatePartitions(ctx context.Context, addr string, name string, total int32) error
 	AlterTopicConfig(ctx context.Context, addr string, name string, cfg TopicConfig) error
+	// AlterSettings replaces one of the cluster's settings documents
+	// (controller.Quorum.AlterSettings).
+	AlterSettings(ctx context.Context, addr string, c controller.SettingsChange) error
 	// The operator's operations (operations.go), each answered by the
 	// active controller as controller.Quorum's method of the same name.
 	AlterPartitionReassignments(ctx context.Context, addr string, rs []controller.Reassignment, allowRFChange bool) ([]error, error)
@@ -1040,6 +1043,22 @@ func (b *Broker) Quorum() *controller.Quorum {
 		return nil
 	}
 	return b.nc.q
+}
+
+// AlterSettings replaces one of the cluster's settings documents - its
+// ACLs, its client quotas - through the active controller, if the
+// document is still at c.BaseVersion (else controller.ErrConfigChanged:
+// read it from Quorum().Image() again and retry). Every node applies the
+// change from the metadata log; package transport keeps its authorizer
+// and quotas so. A broker that is not a networked cluster node has none:
+// errors.ErrUnsupported.
+func (b *Broker) AlterSettings(ctx context.Context, c controller.SettingsChange) error {
+	nc := b.nc
+	if nc == nil {
+		return fmt.Errorf("spool: cluster settings on a broker that is not a cluster node: %w", errors.ErrUnsupported)
+	}
+	return nc.call(ctx, func() error { return nc.q.AlterSettings(ctx, c) },
+		func(addr string) error { return nc.opts.Remote.AlterSettings(ctx, addr, c) })
 }
 
 // ReplicaNode is the broker's replication (nil on a standalone broker),

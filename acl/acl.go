@@ -1,8 +1,9 @@
 // Package acl is Kafka's access control model: ACL bindings, the filters
 // CreateAcls, DescribeAcls and DeleteAcls use, and an Authorizer that
 // decides each request's operations as Kafka's StandardAuthorizer does,
-// keeping its bindings in a Store (a file in a standalone broker's data
-// directory: FileStore).
+// keeping its bindings in a Store: a file in a standalone broker's data
+// directory (FileStore), or a cluster's metadata log, shared by the nodes'
+// Authorizers (a VersionedStore; package transport's).
 //
 // A binding is a resource pattern and an access control entry:
 //

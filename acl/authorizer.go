@@ -19,6 +19,21 @@ type Store interface {
 	Save([]Binding) error
 }
 
+// VersionedStore is a Store shared by several Authorizers, each holding a
+// copy of the bindings: a cluster's nodes, whose ACLs live in the
+// cluster's metadata log. Every saved list has a version, one more than
+// the list it was made from; an Authorizer whose Store is a VersionedStore
+// saves with SaveAt, naming the version its bindings are at, and the
+// store refuses the change if another was saved since. The Authorizer
+// then learns the newer bindings through Sync, and the change can be
+// made again.
+type VersionedStore interface {
+	Store
+	// SaveAt replaces the bindings of version base with bs, as version
+	// base+1, or fails if the stored bindings are no longer at base.
+	SaveAt(bs []Binding, base int64) error
+}
+
 // Config configures an Authorizer.
 type Config struct {
 	// SuperUsers are principals allowed everything (super.users), e.g.
@@ -41,6 +56,7 @@ type Authorizer struct {
 	index    index     // bindings, for Authorize
 	store    Store
 	storeMu  sync.Mutex // one Save at a time, in order
+	version  int64      // of the bindings, with a VersionedStore; under storeMu
 }
 
 // New returns an Authorizer. Invalid bindings in cfg are an error.
@@ -288,11 +304,58 @@ func (a *Authorizer) Len() int {
 	return len(a.bindings)
 }
 
+// save stores bs, the bindings after a change; called with storeMu.
 func (a *Authorizer) save(bs []Binding) error {
 	if a.store == nil {
 		return nil
 	}
+	if vs, ok := a.store.(VersionedStore); ok {
+		if err := vs.SaveAt(slices.Clone(bs), a.version); err != nil {
+			return err
+		}
+		a.version++
+		return nil
+	}
 	return a.store.Save(slices.Clone(bs))
+}
+
+// SetStore makes s keep the Authorizer's changes from now on (package
+// transport gives a cluster node's Authorizer the cluster's metadata
+// log).
+func (a *Authorizer) SetStore(s Store) {
+	a.storeMu.Lock()
+	a.store = s
+	a.storeMu.Unlock()
+}
+
+// Sync installs bindings saved elsewhere as version: another node's
+// change, read from the VersionedStore. Bindings at a version the
+// Authorizer has reached already change nothing. It waits for a change in
+// progress to finish. Invalid bindings are an error and change nothing.
+func (a *Authorizer) Sync(bs []Binding, version int64) error {
+	var next []Binding
+	for _, b := range bs {
+		if err := b.Validate(); err != nil {
+			return err
+		}
+		next, _ = insertInto(next, b)
+	}
+	a.storeMu.Lock()
+	defer a.storeMu.Unlock()
+	if version <= a.version {
+		return nil
+	}
+	a.publish(next)
+	a.version = version
+	return nil
+}
+
+// Version is the version of the bindings (see VersionedStore): 0 until a
+// VersionedStore saves or Sync installs some.
+func (a *Authorizer) Version() int64 {
+	a.storeMu.Lock()
+	defer a.storeMu.Unlock()
+	return a.version
 }
 
 // FileStore keeps bindings in one file, replaced atomically (written
@@ -337,8 +400,22 @@ func decodeFile(data []byte) ([]Binding, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Unmarshal(js)
+}
+
+// Marshal encodes bindings as JSON: the FileStore's and a cluster's
+// metadata log's form, [{"ResourceType":2,"Name":"orders",...}, ...].
+func Marshal(bs []Binding) ([]byte, error) {
+	if bs == nil {
+		bs = []Binding{}
+	}
+	return json.Marshal(bs)
+}
+
+// Unmarshal decodes what Marshal encoded; an invalid binding is an error.
+func Unmarshal(data []byte) ([]Binding, error) {
 	var bs []Binding
-	if err := json.Unmarshal(js, &bs); err != nil {
+	if err := json.Unmarshal(data, &bs); err != nil {
 		return nil, err
 	}
 	for _, b := range bs {
@@ -351,10 +428,7 @@ func decodeFile(data []byte) ([]Binding, error) {
 
 // Save implements Store.
 func (s *FileStore) Save(bs []Binding) error {
-	if bs == nil {
-		bs = []Binding{}
-	}
-	js, err := json.Marshal(bs)
+	js, err := Marshal(bs)
 	if err != nil {
 		return err
 	}

@@ -546,9 +546,10 @@ type TopicConfigChange struct {
 	MinISR      int
 }
 
-// ErrConfigChanged refuses a config change computed from settings that
-// changed meanwhile: read them again and retry.
-var ErrConfigChanged = errors.New("controller: topic settings changed meanwhile")
+// ErrConfigChanged refuses a change to a topic's settings or to a
+// settings document computed from a version that changed meanwhile: read
+// them again and retry.
+var ErrConfigChanged = errors.New("controller: settings changed meanwhile")
 
 // AlterTopicConfig replaces a topic's settings. Turning unclean leader
 // election on elects leaders for the topic's leaderless partitions at once.
@@ -577,6 +578,36 @@ func (q *Quorum) AlterTopicConfig(ctx context.Context, c TopicConfigChange) erro
 		}
 	}
 	_, _, err := q.applyLocked(recs...)
+	return err
+}
+
+// SettingsChange replaces a settings document (SettingsRecord).
+type SettingsChange struct {
+	Kind SettingsKind
+	// BaseVersion is the version the change was computed from
+	// (Image.Settings); a change made meanwhile refuses this one with
+	// ErrConfigChanged.
+	BaseVersion int64
+	Data        json.RawMessage
+}
+
+// AlterSettings replaces a settings document, if it is still at
+// c.BaseVersion.
+func (q *Quorum) AlterSettings(ctx context.Context, c SettingsChange) error {
+	if !c.Kind.Valid() {
+		return fmt.Errorf("%w: settings kind %q", ErrInvalidConfig, c.Kind)
+	}
+	if !json.Valid(c.Data) {
+		return fmt.Errorf("%w: settings %q are not JSON", ErrInvalidConfig, c.Kind)
+	}
+	if err := q.begin(ctx); err != nil {
+		return err
+	}
+	defer q.opMu.Unlock()
+	if cur := q.Image().Settings(c.Kind); cur.Version != c.BaseVersion {
+		return fmt.Errorf("%w: %s settings are at version %d, the change was made from %d", ErrConfigChanged, c.Kind, cur.Version, c.BaseVersion)
+	}
+	_, _, err := q.applyLocked(Record{Settings: &SettingsRecord{Kind: c.Kind, Version: c.BaseVersion + 1, Data: c.Data}})
 	return err
 }
 

@@ -21,7 +21,9 @@
 // committed before its term, a node is the active controller (Quorum.Active).
 // Its operations - RegisterBroker, BrokerHeartbeat, AlterPartition,
 // CreateTopic, DeleteTopic, CreatePartitions, AlterTopicConfig,
-// AllocateProducerIDs, ElectPreferredLeaders, and an operator's
+// AllocateProducerIDs, ElectPreferredLeaders, AlterSettings (the
+// cluster's ACLs and client quotas, each a document replaced whole if
+// still at the version the change was made from), and an operator's
 // AlterPartitionReassignments, ElectLeaders and UnregisterBroker - run
 // one at a time: each reads the image, decides with the pure rules of
 // package replica (Reconcile, DecideAlterPartition, ElectPreferred,

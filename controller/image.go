@@ -22,6 +22,14 @@ type Image struct {
 	topics         map[string]*TopicInfo
 	byID           map[string]string // topic id -> name
 	nextProducerID int64
+	settings       map[SettingsKind]Settings
+}
+
+// Settings is one settings document: its data and how many changes made
+// it (0: never set).
+type Settings struct {
+	Version int64           `json:"version"`
+	Data    json.RawMessage `json:"data,omitempty"`
 }
 
 // BrokerInfo is one registered broker incarnation.
@@ -77,6 +85,10 @@ func (im *Image) Broker(id int32) (BrokerInfo, bool) {
 	}
 	return *b, true
 }
+
+// Settings returns the settings document of kind k (version 0 and no data
+// if it was never set). The data is shared: do not modify it.
+func (im *Image) Settings(k SettingsKind) Settings { return im.settings[k] }
 
 // Brokers lists every registered broker, by id.
 func (im *Image) Brokers() []BrokerInfo {
@@ -276,6 +288,18 @@ func (im *Image) apply(e Entry, index uint64) (*Image, ApplyResult) {
 				continue
 			}
 			next.nextProducerID = r.ProducerIDs.NextProducerID
+		case r.Settings != nil:
+			sr := r.Settings
+			cur := next.settings[sr.Kind]
+			if !sr.Kind.Valid() || sr.Version != cur.Version+1 {
+				res.Skipped++
+				continue
+			}
+			next.settings = maps.Clone(next.settings)
+			if next.settings == nil {
+				next.settings = map[SettingsKind]Settings{}
+			}
+			next.settings[sr.Kind] = Settings{Version: sr.Version, Data: slices.Clone(sr.Data)}
 		case r.NoOp != nil:
 		default:
 			res.Skipped++
@@ -286,16 +310,17 @@ func (im *Image) apply(e Entry, index uint64) (*Image, ApplyResult) {
 
 // imageJSON is an Image as a snapshot stores it.
 type imageJSON struct {
-	Index          uint64        `json:"index"`
-	ClusterID      string        `json:"cluster_id"`
-	Brokers        []*BrokerInfo `json:"brokers"`
-	Topics         []*TopicInfo  `json:"topics"`
-	NextProducerID int64         `json:"next_producer_id"`
+	Index          uint64                    `json:"index"`
+	ClusterID      string                    `json:"cluster_id"`
+	Brokers        []*BrokerInfo             `json:"brokers"`
+	Topics         []*TopicInfo              `json:"topics"`
+	NextProducerID int64                     `json:"next_producer_id"`
+	Settings       map[SettingsKind]Settings `json:"settings,omitempty"`
 }
 
 // MarshalJSON encodes the image, for snapshots.
 func (im *Image) MarshalJSON() ([]byte, error) {
-	j := imageJSON{Index: im.index, ClusterID: im.clusterID, NextProducerID: im.nextProducerID}
+	j := imageJSON{Index: im.index, ClusterID: im.clusterID, NextProducerID: im.nextProducerID, Settings: im.settings}
 	for _, b := range im.Brokers() {
 		j.Brokers = append(j.Brokers, &b)
 	}
@@ -312,7 +337,7 @@ func (im *Image) UnmarshalJSON(data []byte) error {
 		return fmt.Errorf("controller: metadata snapshot: %w", err)
 	}
 	n := NewImage()
-	n.index, n.clusterID, n.nextProducerID = j.Index, j.ClusterID, j.NextProducerID
+	n.index, n.clusterID, n.nextProducerID, n.settings = j.Index, j.ClusterID, j.NextProducerID, j.Settings
 	for _, b := range j.Brokers {
 		n.brokers[b.ID] = b
 	}

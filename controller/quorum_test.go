@@ -483,6 +483,7 @@ func TestImageSnapshotRoundTrip(t *testing.T) {
 		{Topic: &TopicRecord{Name: "t", ID: "id", Config: []byte(`{"a":1}`), MinISR: 2}},
 		partitionRecord("id", replica.PartitionState{Topic: "t", Partition: 0, Replicas: []int32{1}, Leader: 1, ISR: []int32{1}}),
 		{ProducerIDs: &ProducerIDsRecord{NextProducerID: 1000}},
+		{Settings: &SettingsRecord{Kind: SettingsACLs, Version: 1, Data: []byte(`[{"x":1}]`)}},
 	}}, 5)
 	im, _ = im.apply(Entry{V: 1, Records: []Record{{BrokerChange: &BrokerChangeRecord{BrokerID: 1, BrokerEpoch: 5, InControlledShutdown: &yes}}}}, 6)
 	var buf pipeSink
@@ -497,6 +498,33 @@ func TestImageSnapshotRoundTrip(t *testing.T) {
 	br, _ := got.Broker(1)
 	require.Equal(t, int64(5), br.Epoch)
 	require.True(t, br.InControlledShutdown)
+	require.Equal(t, Settings{Version: 1, Data: []byte(`[{"x":1}]`)}, got.Settings(SettingsACLs))
+}
+
+// A settings document changes only from its current version, one
+// version at a time; through the quorum, a change from an old version is
+// refused with ErrConfigChanged, and bad input with ErrInvalidConfig.
+func TestSettingsChangeFromItsVersionOnly(t *testing.T) {
+	im := NewImage()
+	im, res := im.apply(Entry{V: 1, Records: []Record{
+		{Settings: &SettingsRecord{Kind: SettingsQuotas, Version: 2, Data: []byte(`[]`)}}, // skips a version
+		{Settings: &SettingsRecord{Kind: "passwords", Version: 1, Data: []byte(`[]`)}},    // unknown kind
+		{Settings: &SettingsRecord{Kind: SettingsQuotas, Version: 1, Data: []byte(`[1]`)}},
+	}}, 3)
+	require.Equal(t, 2, res.Skipped)
+	require.Equal(t, Settings{Version: 1, Data: []byte(`[1]`)}, im.Settings(SettingsQuotas))
+	require.Zero(t, im.Settings(SettingsACLs).Version)
+
+	c := newCluster(t, 1)
+	c.start(1)
+	q := c.active()
+	ctx := context.Background()
+	require.NoError(t, q.AlterSettings(ctx, SettingsChange{Kind: SettingsACLs, BaseVersion: 0, Data: []byte(`["a"]`)}))
+	require.ErrorIs(t, q.AlterSettings(ctx, SettingsChange{Kind: SettingsACLs, BaseVersion: 0, Data: []byte(`["b"]`)}), ErrConfigChanged)
+	require.NoError(t, q.AlterSettings(ctx, SettingsChange{Kind: SettingsACLs, BaseVersion: 1, Data: []byte(`["b"]`)}))
+	require.ErrorIs(t, q.AlterSettings(ctx, SettingsChange{Kind: "passwords", Data: []byte(`[]`)}), ErrInvalidConfig)
+	require.ErrorIs(t, q.AlterSettings(ctx, SettingsChange{Kind: SettingsACLs, BaseVersion: 2, Data: []byte(`not json`)}), ErrInvalidConfig)
+	require.Equal(t, Settings{Version: 2, Data: []byte(`["b"]`)}, q.Image().Settings(SettingsACLs))
 }
 
 func TestImageSkipsStaleChanges(t *testing.T) {

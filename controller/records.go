@@ -18,7 +18,7 @@ import (
 //	record = {"cluster":{...}} | {"register_broker":{...}} | {"broker_change":{...}} |
 //	         {"unregister_broker":{...}} | {"topic":{...}} | {"remove_topic":{...}} |
 //	         {"partition":{...}} | {"topic_config":{...}} | {"producer_ids":{...}} |
-//	         {"noop":{}}
+//	         {"settings":{...}} | {"noop":{}}
 //
 // Exactly one field of a record is set. Applying is deterministic: the
 // image after an entry depends only on the image before it, the entry and
@@ -45,6 +45,7 @@ type Record struct {
 	Partition        *PartitionRecord        `json:"partition,omitempty"`
 	TopicConfig      *TopicConfigRecord      `json:"topic_config,omitempty"`
 	ProducerIDs      *ProducerIDsRecord      `json:"producer_ids,omitempty"`
+	Settings         *SettingsRecord         `json:"settings,omitempty"`
 	NoOp             *NoOpRecord             `json:"noop,omitempty"`
 }
 
@@ -154,6 +155,30 @@ type TopicConfigRecord struct {
 	Unclean bool            `json:"unclean,omitempty"`
 	MinISR  int             `json:"min_isr,omitempty"`
 }
+
+// SettingsRecord replaces one of the cluster's settings documents: the
+// state every broker holds in memory and enforces alike (KRaft's
+// AccessControlEntryRecord, ClientQuotaRecord and UserScramCredentialRecord
+// each carry a part of it; here a change carries the whole document of its
+// kind, which the brokers' packages encode). It applies only if Version
+// is the document's current version plus one.
+type SettingsRecord struct {
+	Kind    SettingsKind    `json:"kind"`
+	Version int64           `json:"version"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// SettingsKind names a settings document.
+type SettingsKind string
+
+// The settings documents.
+const (
+	SettingsACLs   SettingsKind = "acls"   // package acl's bindings
+	SettingsQuotas SettingsKind = "quotas" // package quota's client quotas
+)
+
+// Valid reports whether k is a known kind.
+func (k SettingsKind) Valid() bool { return k == SettingsACLs || k == SettingsQuotas }
 
 // ProducerIDsRecord hands a broker the block of producer ids below
 // NextProducerID (KRaft's ProducerIdsRecord): the next block starts there.

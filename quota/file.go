@@ -55,6 +55,22 @@ func decodeFile(data []byte) (map[Entity]map[Key]float64, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Unmarshal(js)
+}
+
+// Marshal encodes quotas as JSON: the FileStore's and a cluster's metadata
+// log's form, [{"Entity":{...},"Values":{"producer_byte_rate":1048576}}, ...].
+func Marshal(qs map[Entity]map[Key]float64) ([]byte, error) {
+	entries := []fileEntry{}
+	for _, e := range Sorted(qs) {
+		entries = append(entries, fileEntry{Entity: e, Values: qs[e]})
+	}
+	return json.Marshal(entries)
+}
+
+// Unmarshal decodes what Marshal encoded; an invalid entity or value is an
+// error.
+func Unmarshal(js []byte) (map[Entity]map[Key]float64, error) {
 	var entries []fileEntry
 	if err := json.Unmarshal(js, &entries); err != nil {
 		return nil, err
@@ -76,11 +92,7 @@ func decodeFile(data []byte) (map[Entity]map[Key]float64, error) {
 
 // Save implements Store.
 func (s *FileStore) Save(qs map[Entity]map[Key]float64) error {
-	entries := []fileEntry{}
-	for _, e := range Sorted(qs) {
-		entries = append(entries, fileEntry{Entity: e, Values: qs[e]})
-	}
-	js, err := json.Marshal(entries)
+	js, err := Marshal(qs)
 	if err != nil {
 		return err
 	}

@@ -121,6 +121,19 @@ type Store interface {
 	Save(map[Entity]map[Key]float64) error
 }
 
+// VersionedStore is a Store shared by several Managers: a cluster's
+// nodes, whose quotas live in the cluster's metadata log. Each saved set
+// has a version, one more than the set it was made from; a Manager saves
+// with SaveAt, naming the version its quotas are at, and the store refuses
+// the change if another was saved since. The Manager then learns the newer
+// quotas through Sync, and the change can be made again.
+type VersionedStore interface {
+	Store
+	// SaveAt replaces the quotas of version base with qs, as version
+	// base+1, or fails if the stored ones are no longer at base.
+	SaveAt(qs map[Entity]map[Key]float64, base int64) error
+}
+
 // Config configures a Manager.
 type Config struct {
 	// Window and Samples shape the measurement (quota.window.size.seconds,
@@ -145,6 +158,8 @@ type Manager struct {
 	buckets map[bucketKey]*rate
 	pruned  time.Time // when buckets were last pruned
 	storeMu sync.Mutex
+	store   Store // cfg.Store, or SetStore's; under storeMu
+	version int64 // of the quotas, with a VersionedStore; under storeMu
 }
 
 // bucketKey is one usage counter: a key, the entity whose quota applies
@@ -166,7 +181,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	m := &Manager{cfg: cfg, quotas: map[Entity]map[Key]float64{}, buckets: map[bucketKey]*rate{}}
+	m := &Manager{cfg: cfg, store: cfg.Store, quotas: map[Entity]map[Key]float64{}, buckets: map[bucketKey]*rate{}}
 	for e, vs := range cfg.Quotas {
 		if err := e.Validate(); err != nil {
 			return nil, err
@@ -381,10 +396,7 @@ func (m *Manager) Alter(entities []Entity, ops [][]Op, validateOnly bool) []erro
 		snapshot[e] = clone(vs)
 	}
 	m.mu.Unlock()
-	if m.cfg.Store == nil {
-		return errs
-	}
-	if err := m.cfg.Store.Save(snapshot); err != nil {
+	if err := m.save(snapshot); err != nil {
 		m.mu.Lock()
 		m.quotas = before
 		m.mu.Unlock()
@@ -395,6 +407,69 @@ func (m *Manager) Alter(entities []Entity, ops [][]Op, validateOnly bool) []erro
 		}
 	}
 	return errs
+}
+
+// save stores qs, the quotas after a change; called with storeMu.
+func (m *Manager) save(qs map[Entity]map[Key]float64) error {
+	switch s := m.store.(type) {
+	case nil:
+		return nil
+	case VersionedStore:
+		if err := s.SaveAt(qs, m.version); err != nil {
+			return err
+		}
+		m.version++
+		return nil
+	default:
+		return s.Save(qs)
+	}
+}
+
+// SetStore makes s keep the Manager's changes from now on (package
+// transport gives a cluster node's Manager the cluster's metadata log).
+func (m *Manager) SetStore(s Store) {
+	m.storeMu.Lock()
+	m.store = s
+	m.storeMu.Unlock()
+}
+
+// Sync installs quotas saved elsewhere as version: another node's change,
+// read from the VersionedStore. Quotas at a version the Manager has
+// reached already change nothing. It waits for a change in progress to
+// finish. An invalid entity or value is an error and changes nothing.
+func (m *Manager) Sync(qs map[Entity]map[Key]float64, version int64) error {
+	next := make(map[Entity]map[Key]float64, len(qs))
+	for e, vs := range qs {
+		if err := e.Validate(); err != nil {
+			return err
+		}
+		for k, v := range vs {
+			if err := ValidValue(k, v); err != nil {
+				return err
+			}
+		}
+		if len(vs) > 0 {
+			next[e] = clone(vs)
+		}
+	}
+	m.storeMu.Lock()
+	defer m.storeMu.Unlock()
+	if version <= m.version {
+		return nil
+	}
+	m.mu.Lock()
+	m.quotas = next
+	m.mu.Unlock()
+	m.version = version
+	return nil
+}
+
+// Version is the version of the quotas (see VersionedStore): 0 until a
+// VersionedStore saves or Sync installs some.
+func (m *Manager) Version() int64 {
+	m.storeMu.Lock()
+	defer m.storeMu.Unlock()
+	return m.version
 }
 
 // Sorted returns the entities of qs in a stable order.

@@ -154,3 +154,69 @@ func TestIdleBucketsArePruned(t *testing.T) {
 	m.Record(ProducerByteRate, "u", "late", 1)
 	require.Equal(t, 1, m.Buckets())
 }
+
+// sharedStore is a VersionedStore shared by several Managers, as a
+// cluster's metadata log is.
+type sharedStore struct {
+	version int64
+	data    []byte
+}
+
+var errStale = fmt.Errorf("stale")
+
+func (s *sharedStore) Save(map[Entity]map[Key]float64) error { return fmt.Errorf("unversioned save") }
+func (s *sharedStore) SaveAt(qs map[Entity]map[Key]float64, base int64) error {
+	if base != s.version {
+		return errStale
+	}
+	data, err := Marshal(qs)
+	if err != nil {
+		return err
+	}
+	s.version, s.data = base+1, data
+	return nil
+}
+
+// Two Managers on one VersionedStore: a change made from an old version
+// is refused and changes nothing; after Sync it is made again on top of
+// the other's, and the synced quotas are enforced.
+func TestVersionedStoreAndSync(t *testing.T) {
+	st := &sharedStore{}
+	m1, err := New(Config{Store: st})
+	require.NoError(t, err)
+	m2, err := New(Config{})
+	require.NoError(t, err)
+	m2.SetStore(st)
+
+	set := func(m *Manager, e Entity, k Key, v float64) error {
+		return m.Alter([]Entity{e}, [][]Op{{{Key: k, Value: v}}}, false)[0]
+	}
+	require.NoError(t, set(m1, user("alice"), ProducerByteRate, 1000))
+	require.ErrorIs(t, set(m2, user("bob"), ProducerByteRate, 2000), errStale)
+	require.Empty(t, m2.Quotas())
+
+	qs, err := Unmarshal(st.data)
+	require.NoError(t, err)
+	require.NoError(t, m2.Sync(qs, st.version))
+	v, ok := m2.Limit(ProducerByteRate, "alice", "c")
+	require.True(t, ok)
+	require.Equal(t, 1000.0, v)
+	require.NoError(t, set(m2, user("bob"), ProducerByteRate, 2000))
+	require.Equal(t, int64(2), st.version)
+	require.Equal(t, int64(2), m2.Version())
+
+	// Stale versions change nothing; invalid values are refused whole.
+	require.NoError(t, m2.Sync(nil, 1))
+	require.Len(t, m2.Quotas(), 2)
+	require.ErrorIs(t, m1.Sync(map[Entity]map[Key]float64{user("x"): {ProducerByteRate: -1}}, 5), ErrInvalid)
+	require.Len(t, m1.Quotas(), 1)
+
+	// Usage is held to the synced quota.
+	qs, err = Unmarshal(st.data)
+	require.NoError(t, err)
+	require.NoError(t, m1.Sync(qs, st.version))
+	_, send := m1.Check(ProducerByteRate, "bob", "c", 10_000)
+	require.True(t, send)
+	wait := m1.Record(ProducerByteRate, "bob", "c", 10_000)
+	require.Positive(t, wait, "bob's synced 2000 B/s quota throttles 10 KB at once")
+}

@@ -83,7 +83,10 @@ func createACLs(c *conn, req *request, body *kmsg.CreateACLsRequest) (kmsg.Respo
 	var errs []error
 	allowed := c.canCluster(acl.OpAlter)
 	if a != nil && allowed {
-		errs = a.Create(bs)
+		c.s.settings.retryStale(c.ctx, a.Version, func() error {
+			errs = a.Create(bs)
+			return firstStale(errs)
+		})
 	}
 	for i := range bs {
 		r := kmsg.NewCreateACLsResponseResult()
@@ -127,7 +130,10 @@ func deleteACLs(c *conn, req *request, body *kmsg.DeleteACLsRequest) (kmsg.Respo
 	var saveErr error
 	allowed := c.canCluster(acl.OpAlter)
 	if a != nil && allowed {
-		removed, errs, saveErr = a.Delete(fs)
+		c.s.settings.retryStale(c.ctx, a.Version, func() error {
+			removed, errs, saveErr = a.Delete(fs)
+			return saveErr
+		})
 	}
 	for i := range fs {
 		r := kmsg.NewDeleteACLsResponseResult()

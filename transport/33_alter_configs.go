@@ -1,10 +1,13 @@
 package transport
 
 import (
+	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/acl"
+	"github.com/spoolmq/spool/controller"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -28,6 +31,8 @@ func alterConfigs(c *conn, req *request, body *kmsg.AlterConfigsRequest) (kmsg.R
 		switch {
 		case dups[i]:
 			err = errDuplicateResource(r.ResourceType, r.ResourceName)
+		case r.ResourceType == settingsResource && c.controller:
+			err = c.alterSettings(r)
 		case !c.canConfigs(acl.OpAlterConfigs, r.ResourceType, r.ResourceName):
 			err = configsDenied(r.ResourceType)
 		case r.ResourceType == kmsg.ConfigResourceTypeTopic:
@@ -45,6 +50,47 @@ func alterConfigs(c *conn, req *request, body *kmsg.AlterConfigsRequest) (kmsg.R
 		resp.Resources = append(resp.Resources, rr)
 	}
 	return resp, nil
+}
+
+// settingsResource is the resource type, private to spool, of an
+// AlterConfigs request one node sends another's controller listener to
+// replace a settings document of the cluster (spool.Remote's
+// AlterSettings): the resource name is the document's kind, and two
+// entries carry the version the change was computed from and the new
+// document. Kafka's types stop at 8; a client's request of this type on
+// a client listener is refused as any unknown type is.
+const settingsResource kmsg.ConfigResourceType = 127
+
+const (
+	settingsBaseVersion = "spool.settings.base.version"
+	settingsData        = "spool.settings.data"
+)
+
+// alterSettings serves settingsResource: another node asks this one's
+// active controller to replace a settings document.
+func (c *conn) alterSettings(r kmsg.AlterConfigsRequestResource) error {
+	if !c.canCluster(acl.OpClusterAction) {
+		return &apiError{errClusterAuthorizationFailed, ""}
+	}
+	ch := controller.SettingsChange{Kind: controller.SettingsKind(r.ResourceName)}
+	var haveBase, haveData bool
+	for _, e := range r.Configs {
+		switch {
+		case e.Value == nil:
+		case e.Name == settingsBaseVersion:
+			v, err := strconv.ParseInt(*e.Value, 10, 64)
+			if err != nil {
+				return &apiError{errInvalidRequest, "bad " + settingsBaseVersion}
+			}
+			ch.BaseVersion, haveBase = v, true
+		case e.Name == settingsData:
+			ch.Data, haveData = json.RawMessage(*e.Value), true
+		}
+	}
+	if !haveBase || !haveData {
+		return &apiError{errInvalidRequest, "a settings change needs " + settingsBaseVersion + " and " + settingsData}
+	}
+	return c.s.b.AlterSettings(c.ctx, ch)
 }
 
 // alterTopic changes a topic's own settings to what change makes of them

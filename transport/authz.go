@@ -22,8 +22,10 @@ import (
 //     topics, as if they did not exist; one named in the request is
 //     answered TOPIC_AUTHORIZATION_FAILED whether it exists or not.
 //
-// A cluster node's controller listener is not checked: only the cluster's
-// nodes connect there.
+// A cluster node's controller listener is not checked request by request:
+// only the cluster's nodes use it. With an authorizer, a connection there
+// is served only if its principal (its TLS client certificate's) is a
+// super user, as the nodes' must be; any other is closed at once.
 
 // can reports whether the connection's principal may perform op on the
 // resource; always without an authorizer.

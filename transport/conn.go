@@ -170,21 +170,35 @@ func (c *conn) handshake(tc *tls.Conn) bool {
 		}
 		return false
 	}
-	// Only a certificate the handshake verified names the client: with
-	// ClientAuth RequestClientCert or RequireAnyClientCert, Go takes any
-	// certificate unchecked.
-	if chains := tc.ConnectionState().VerifiedChains; len(chains) > 0 && len(chains[0]) > 0 {
-		name, err := c.s.principals.apply(distinguishedName(chains[0][0]))
-		if err != nil {
-			c.s.tlsFailures.Add(1)
-			c.s.logger.Warn("TLS client refused", "remote", c.remote, "err", err)
-			return false
-		}
-		c.setPrincipal("User:" + name)
+	p, err := c.s.tlsPrincipal(tc)
+	if err != nil {
+		c.s.tlsFailures.Add(1)
+		c.s.logger.Warn("TLS client refused", "remote", c.remote, "err", err)
+		return false
+	}
+	if p != "" {
+		c.setPrincipal(p)
 	}
 	c.s.logger.Debug("TLS connection", "remote", c.remote, "principal", c.principal,
 		"version", tls.VersionName(tc.ConnectionState().Version), "cipher", tls.CipherSuiteName(tc.ConnectionState().CipherSuite))
 	return true
+}
+
+// tlsPrincipal is the principal a TLS connection's client certificate
+// names ("" without one). Only a certificate the handshake verified names
+// the client: with ClientAuth RequestClientCert or RequireAnyClientCert,
+// Go takes any certificate unchecked. An error: the mapping rules match
+// none of the certificate's name.
+func (s *Server) tlsPrincipal(tc *tls.Conn) (string, error) {
+	chains := tc.ConnectionState().VerifiedChains
+	if len(chains) == 0 || len(chains[0]) == 0 {
+		return "", nil
+	}
+	name, err := s.principals.apply(distinguishedName(chains[0][0]))
+	if err != nil {
+		return "", err
+	}
+	return "User:" + name, nil
 }
 
 func isTimeout(err error) bool {

@@ -117,11 +117,8 @@ type Node struct {
 // with the other voters', or another process with this node's id is
 // refused with an error that names the fix.
 func StartNode(cfg NodeConfig) (*Node, error) {
-	if cfg.Server.Authorizer != nil || cfg.Server.Quotas != nil {
-		// The controller listener serves the nodes unchecked, and a
-		// cluster's ACLs and quotas would have to be in its metadata log
-		// to hold on every broker.
-		return nil, fmt.Errorf("%w: ACLs (Server.Authorizer) and quotas (Server.Quotas) on a cluster node are not supported yet", spool.ErrInvalidConfig)
+	if err := checkNodeSettings(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.Server.SASL != nil {
 		// The nodes would have to authenticate to each other's listeners,
@@ -215,6 +212,17 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		return fail(err)
 	}
 	srv.peers = r.peers
+	if so.Authorizer != nil || so.Quotas != nil {
+		cs := &clusterSettings{q: b.Quorum(), a: so.Authorizer, m: so.Quotas, log: so.Logger}
+		if cs.a != nil {
+			cs.a.SetStore(aclStore{settingsStore{b, controller.SettingsACLs}})
+		}
+		if cs.m != nil {
+			cs.m.SetStore(quotaStore{settingsStore{b, controller.SettingsQuotas}})
+		}
+		srv.settings = cs
+		go cs.follow(srv.done)
+	}
 	n := &Node{b: b, srv: srv, kafka: kafkaL, ctrl: ctrlL, remote: r, done: make(chan error, 3)}
 	go func() { n.done <- srv.ServeController(ctrlL) }()
 	go func() {
@@ -226,6 +234,8 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		// Connections wait in the listen backlog until then.
 		select {
 		case <-b.Ready():
+			// With the cluster's ACLs and quotas of the image caught up.
+			srv.settings.sync()
 		case <-srv.done: // shut down first: Serve closes the listener
 		}
 		n.done <- srv.Serve(kafkaL)
@@ -236,6 +246,39 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		}
 	}()
 	return n, nil
+}
+
+// checkNodeSettings refuses an authorizer or quotas a cluster node cannot
+// use as given. Their ACLs and quotas are the cluster's, in its metadata
+// log, so they start empty. An authorizer needs mutual TLS between the
+// nodes, with this node's certificate principal a super user: the
+// controller listener serves only super users (package doc, "ACLs").
+func checkNodeSettings(cfg NodeConfig) error {
+	if q := cfg.Server.Quotas; q != nil && (len(q.Quotas()) > 0 || q.Version() > 0) {
+		return fmt.Errorf("%w: a cluster node's quotas are the cluster's (set with AlterClientQuotas on any node): give it a quota.Manager without quotas", spool.ErrInvalidConfig)
+	}
+	a := cfg.Server.Authorizer
+	if a == nil {
+		return nil
+	}
+	if a.Len() > 0 || a.Version() > 0 {
+		return fmt.Errorf("%w: a cluster node's ACLs are the cluster's (created with CreateAcls on any node): give it an acl.Authorizer without bindings", spool.ErrInvalidConfig)
+	}
+	if cfg.PeerTLS == nil {
+		return fmt.Errorf("%w: an authorizer on a cluster node needs mutual TLS between the nodes (Server.TLS asking for client certificates, and PeerTLS with the node's certificate), whose principals are super users", spool.ErrInvalidConfig)
+	}
+	rules, err := parsePrincipalRules(cfg.Server.SSLPrincipalMappingRules)
+	if err != nil {
+		return err
+	}
+	p, err := peerPrincipal(cfg.PeerTLS, rules)
+	if err != nil {
+		return fmt.Errorf("%w: an authorizer on a cluster node needs the node's certificate in PeerTLS: %v", spool.ErrInvalidConfig, err)
+	}
+	if !a.IsSuperUser(p) {
+		return fmt.Errorf("%w: node %d authenticates to the other nodes as %s, which is not a super user: the controller listener serves only super users when an authorizer is on (add it to the super users, e.g. --super-users '%s')", spool.ErrInvalidConfig, cfg.NodeID, p, p)
+	}
+	return nil
 }
 
 // advertisedAddr is the address to advertise: adv if set, else the

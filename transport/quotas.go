@@ -267,7 +267,10 @@ func alterClientQuotas(c *conn, req *request, body *kmsg.AlterClientQuotasReques
 				valid[i] = entities[i]
 			}
 		}
-		errs = q.Alter(valid, ops, body.ValidateOnly)
+		c.s.settings.retryStale(c.ctx, q.Version, func() error {
+			errs = q.Alter(valid, ops, body.ValidateOnly)
+			return firstStale(errs)
+		})
 	}
 	for i, en := range body.Entries {
 		re := kmsg.NewAlterClientQuotasResponseEntry()

@@ -400,6 +400,34 @@ func (r *remote) AlterTopicConfig(ctx context.Context, addr string, name string,
 	return codeError(ar.Resources[0].ErrorCode, ar.Resources[0].ErrorMessage)
 }
 
+// AlterSettings implements spool.Remote with AlterConfigs of spool's
+// private settingsResource, on the controller listener only.
+func (r *remote) AlterSettings(ctx context.Context, addr string, ch controller.SettingsChange) error {
+	kr := kmsg.NewPtrAlterConfigsRequest()
+	kr.Version = alterConfigsVersion
+	res := kmsg.NewAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = settingsResource, string(ch.Kind)
+	base, data := strconv.FormatInt(ch.BaseVersion, 10), string(ch.Data)
+	for k, v := range map[string]*string{settingsBaseVersion: &base, settingsData: &data} {
+		c := kmsg.NewAlterConfigsRequestResourceConfig()
+		c.Name, c.Value = k, v
+		res.Configs = append(res.Configs, c)
+	}
+	kr.Resources = append(kr.Resources, res)
+	resp, err := r.controllerRequest(ctx, addr, kr)
+	if err != nil {
+		return err
+	}
+	ar := resp.(*kmsg.AlterConfigsResponse)
+	if len(ar.Resources) != 1 {
+		return fmt.Errorf("%w: alter-configs response with %d resources", errUnexpectedResponse, len(ar.Resources))
+	}
+	if rr := ar.Resources[0]; rr.ErrorCode == errInvalidUpdateVersion {
+		return fmt.Errorf("%w (from %s)", controller.ErrConfigChanged, addr)
+	}
+	return codeError(ar.Resources[0].ErrorCode, ar.Resources[0].ErrorMessage)
+}
+
 // codeError turns a Kafka error code from another node into the error of
 // spool's layers it stands for (the inverse of errorCode), so that the
 // caller's retry decisions work across processes; other codes keep kerr's

@@ -106,8 +106,8 @@ type Options struct {
 	// (security protocol SSL, or SASL_SSL with SASL): see tls.go. Its
 	// ClientAuth decides whether clients must present a certificate;
 	// TLSFiles.Config gives one read from PEM files and reloaded when they
-	// change. Connections of a cluster node's controller listener are not
-	// affected.
+	// change. A cluster node's controller listener uses it too (the nodes
+	// dial each other with NodeConfig.PeerTLS).
 	TLS *tls.Config
 	// Authorizer, when set, enforces ACLs (authorizer.class.name): every
 	// request's operations are checked against it for the connection's
@@ -115,11 +115,15 @@ type Options struct {
 	// and what is not allowed is denied with Kafka's authorization errors;
 	// see authz.go. CreateAcls, DescribeAcls and DeleteAcls manage it.
 	// Without it every client may do everything, and the ACL APIs answer
-	// SECURITY_DISABLED.
+	// SECURITY_DISABLED. On a cluster node (StartNode) it starts empty and
+	// holds the cluster's ACLs, kept in the metadata log (settings.go),
+	// and the controller listener serves only its super users.
 	Authorizer *acl.Authorizer
 	// Quotas, when set, enforces client quotas (producer_byte_rate,
 	// consumer_byte_rate, request_percentage) and serves
-	// DescribeClientQuotas and AlterClientQuotas: see quotas.go.
+	// DescribeClientQuotas and AlterClientQuotas: see quotas.go. On a
+	// cluster node it starts empty and holds the cluster's quotas, kept in
+	// the metadata log.
 	Quotas *quota.Manager
 	// SCRAMFile keeps the SCRAM credentials set with
 	// AlterUserScramCredentials (OpenSCRAMFile); without it they last
@@ -213,6 +217,9 @@ type Server struct {
 	// broker. StartNode sets it to the node's own pool, which dials
 	// through NodeConfig.Dial.
 	peers *peers
+	// settings keeps a cluster node's ACLs and quotas in step with the
+	// metadata log (nil on a standalone broker).
+	settings *clusterSettings
 }
 
 // NewServer returns a Server for the broker. It reads (or creates) the
@@ -407,18 +414,35 @@ func (s *Server) serve(l net.Listener, controller bool, ln *listener) error {
 			s.connWG.Add(1)
 			go func() {
 				defer s.connWG.Done()
+				principal := anonymous
 				if s.opts.TLS != nil {
 					tc := tls.Server(nc, s.opts.TLS)
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					err := tc.HandshakeContext(ctx)
 					cancel()
+					var p string
+					if err == nil {
+						p, err = s.tlsPrincipal(tc)
+					}
 					if err != nil {
 						s.tlsFailures.Add(1)
 						s.logger.Debug("TLS handshake failed on the controller listener", "remote", nc.RemoteAddr().String(), "err", err)
 						nc.Close()
 						return
 					}
+					if p != "" {
+						principal = p
+					}
 					nc = tc
+				}
+				// With an authorizer, only the cluster's nodes - super
+				// users - may use the controller listener at all: it
+				// carries Raft, and its Kafka requests are not checked
+				// one by one.
+				if a := s.opts.Authorizer; a != nil && !a.IsSuperUser(principal) {
+					s.logger.Warn("controller listener refused a connection: its principal is not a super user", "remote", nc.RemoteAddr().String(), "principal", principal)
+					nc.Close()
+					return
 				}
 				if kc, ok := s.routeController(nc); ok {
 					s.start(kc, true, ln)

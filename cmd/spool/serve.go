@@ -70,7 +70,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	listenersFlag := fs.String("listeners", "", "several listeners instead of --listen, `NAME://host:port,...` (listeners): NAME is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, or a name --listener-security-protocol-map maps to one; SSL needs --tls-*, SASL --sasl-*")
 	advertisedListeners := fs.String("advertised-listeners", "", "what each listener's clients are told to connect to, `NAME://host:port,...` (advertised.listeners) (default: the listener's address)")
 	protocolMap := fs.String("listener-security-protocol-map", "", "the security protocol of each custom listener name, `NAME:PROTOCOL,...` (listener.security.protocol.map)")
-	authorizer := fs.Bool("authorizer", false, "enforce ACLs (authorizer.class.name): every request is denied unless an ACL allows it or the principal is a super user; ACLs are kept in the data directory's \"acls\" file and managed with \"spool acls\" (any Kafka admin client)")
+	authorizer := fs.Bool("authorizer", false, "enforce ACLs (authorizer.class.name): every request is denied unless an ACL allows it or the principal is a super user; ACLs are kept in the data directory's \"acls\" file (a cluster's: in its metadata log, the nodes' certificate principals among --super-users) and managed with \"spool acls\" (any Kafka admin client)")
 	superUsers := fs.String("super-users", "", "principals allowed everything, `User:a;User:b` (super.users); with --authorizer")
 	ctrlListen := fs.String("controller-listen", "", "the `host:port` of this node's controller listener (Raft and the controller's requests); a voter's defaults to its entry in --controller-quorum-voters")
 	voters := fs.String("controller-quorum-voters", "", "makes this a cluster node: the controller quorum as `id@host:port,...` (controller.quorum.voters), the same on every node; a node listed is controller and broker, any other a broker only")
@@ -210,9 +210,6 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	bopts.Topic.ReplicationFactor, bopts.Topic.MinInSyncReplicas = *rf, *minISR
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opts.Logger = logger
-	if *voters != "" && *authorizer {
-		return usageError(fs, "--authorizer on a cluster node is not supported yet: the ACLs would have to live in the cluster's metadata log, the same on every node")
-	}
 	if *voters != "" {
 		vs, err := controller.ParseVoters(*voters)
 		if err != nil {
@@ -227,6 +224,24 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 			}
 		}
 		bopts.Logger = logger
+		// A cluster's ACLs and client quotas live in its metadata log,
+		// the same on every node: each node starts with none and takes
+		// the cluster's.
+		if *authorizer {
+			if tlsFiles == nil {
+				return usageError(fs, "--authorizer on a cluster node needs mutual TLS between the nodes: --tls-cert, --tls-key and --tls-client-ca, with each node's certificate principal in --super-users")
+			}
+			a, err := acl.New(acl.Config{SuperUsers: acl.ParseSuperUsers(*superUsers)})
+			if err != nil {
+				return usageError(fs, "--super-users %q: %v", *superUsers, err)
+			}
+			opts.Authorizer = a
+			logger.Info("authorizer on; the cluster's ACLs are in its metadata log", "super_users", *superUsers)
+		}
+		if opts.Quotas, err = quota.New(quota.Config{}); err != nil {
+			fmt.Fprintf(stderr, "spool serve: quotas: %v\n", err)
+			return exitProblem
+		}
 		cfg := transport.NodeConfig{
 			Dir: bf.data, NodeID: opts.NodeID, Listen: *listen, AdvertisedAddr: *advertised,
 			ControllerListen: *ctrlListen, QuorumVoters: *voters, ClusterID: *clusterID,
@@ -251,8 +266,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return serveNode(ctx, cfg, logger, stderr)
 	}
 	if *authorizer {
-		// ACLs live beside the registry; in a cluster they would have to
-		// be in the metadata log, the same on every node.
+		// A standalone broker's ACLs live beside its registry.
 		store, bindings, err := acl.OpenFile(filepath.Join(bf.data, aclsFile))
 		if err != nil {
 			fmt.Fprintf(stderr, "spool serve: %v\n", err)
