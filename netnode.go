@@ -92,6 +92,11 @@ type NodeOptions struct {
 	// other brokers are told to use (advertised.listeners).
 	AdvertisedHost string
 	AdvertisedPort int32
+	// Listeners are the broker's Kafka listeners by name when it has
+	// several (advertised.listeners), the one at AdvertisedHost and
+	// AdvertisedPort among them: each client is told every broker's
+	// endpoint on the listener it came in on.
+	Listeners []controller.NamedEndpoint
 	// Rack is the broker's rack (broker.rack), shown in metadata.
 	Rack string
 	// ClusterID, if set, is the cluster the node must belong to; a node
@@ -536,7 +541,8 @@ type netController netCluster
 func (c *netController) Register(ctx context.Context, id int32, _ replica.Member) (int64, error) {
 	nc := (*netCluster)(c)
 	reg := controller.Registration{BrokerID: id, ClusterID: nc.q.ClusterID(), IncarnationID: nc.incarnation,
-		Kafka: controller.Endpoint{Host: nc.opts.AdvertisedHost, Port: nc.opts.AdvertisedPort}, Rack: nc.opts.Rack}
+		Kafka: controller.Endpoint{Host: nc.opts.AdvertisedHost, Port: nc.opts.AdvertisedPort}, Rack: nc.opts.Rack,
+		Listeners: nc.opts.Listeners}
 	if !nc.q.Voter() {
 		reg.Controller = nc.q.Addr()
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/spoolmq/spool/controller"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/replica"
@@ -112,6 +113,23 @@ type BrokerInfo struct {
 	Host string
 	Port int32
 	Rack string
+	// Listeners are the broker's Kafka listeners when it has several
+	// (Host and Port are the one the nodes use among themselves).
+	Listeners []controller.NamedEndpoint
+}
+
+// Endpoint is the broker's host and port on the listener named name: Host
+// and Port if it has one listener; false if it has none of that name.
+func (b BrokerInfo) Endpoint(name string) (host string, port int32, ok bool) {
+	if len(b.Listeners) == 0 {
+		return b.Host, b.Port, true
+	}
+	for _, l := range b.Listeners {
+		if l.Name == name {
+			return l.Host, l.Port, true
+		}
+	}
+	return "", 0, false
 }
 
 // ClusterInfo is what a cluster node knows of its cluster: the brokers
@@ -134,7 +152,7 @@ func (b *Broker) Cluster() (info ClusterInfo, ok bool) {
 		if br.Fenced {
 			continue
 		}
-		info.Brokers = append(info.Brokers, BrokerInfo{ID: br.ID, Host: br.Kafka.Host, Port: br.Kafka.Port, Rack: br.Rack})
+		info.Brokers = append(info.Brokers, BrokerInfo{ID: br.ID, Host: br.Kafka.Host, Port: br.Kafka.Port, Rack: br.Rack, Listeners: br.Listeners})
 	}
 	info.Controller, _ = b.nc.q.Leader()
 	return info, true

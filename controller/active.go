@@ -242,6 +242,9 @@ type Registration struct {
 	// not a voter: it joins Raft as a non-voter to follow the metadata log.
 	Controller string
 	Rack       string
+	// Listeners are the broker's Kafka listeners when it has several;
+	// Kafka is among them (the one the nodes use among themselves).
+	Listeners []NamedEndpoint
 }
 
 // RegisterBroker registers a broker incarnation and returns its broker
@@ -272,7 +275,7 @@ func (q *Quorum) RegisterBroker(ctx context.Context, r Registration) (int64, err
 		}
 	}
 	recs := []Record{{RegisterBroker: &RegisterBrokerRecord{BrokerID: r.BrokerID, IncarnationID: r.IncarnationID,
-		Kafka: r.Kafka, Controller: r.Controller, Rack: r.Rack}}}
+		Kafka: r.Kafka, Controller: r.Controller, Rack: r.Rack, Listeners: slices.Clone(r.Listeners)}}}
 	recs = append(recs, q.reconcileLocked(im, r.BrokerID, except(im, r.BrokerID))...)
 	res, _, err := q.applyLocked(recs...)
 	if err != nil {

@@ -38,12 +38,30 @@ type BrokerInfo struct {
 	IncarnationID string
 	// Epoch is the index of the metadata entry that registered this
 	// incarnation: unique and increasing per registration (KIP-903).
-	Epoch                int64
-	Kafka                Endpoint
-	Controller           string
-	Rack                 string
+	Epoch      int64
+	Kafka      Endpoint
+	Controller string
+	Rack       string
+	// Listeners are the broker's Kafka listeners when it has several
+	// (none: Kafka alone).
+	Listeners            []NamedEndpoint `json:",omitempty"`
 	Fenced               bool
 	InControlledShutdown bool
+}
+
+// Endpoint is the broker's endpoint on the Kafka listener named name: its
+// one listener's if it registered no names; false if it has no listener
+// of that name.
+func (b *BrokerInfo) Endpoint(name string) (Endpoint, bool) {
+	if len(b.Listeners) == 0 {
+		return b.Kafka, true
+	}
+	for _, l := range b.Listeners {
+		if l.Name == name {
+			return Endpoint{Host: l.Host, Port: l.Port}, true
+		}
+	}
+	return Endpoint{}, false
 }
 
 // Eligible reports whether the broker may lead or join an ISR: unfenced
@@ -208,7 +226,7 @@ func (im *Image) apply(e Entry, index uint64) (*Image, ApplyResult) {
 			rb := r.RegisterBroker
 			cloneBrokers()
 			next.brokers[rb.BrokerID] = &BrokerInfo{ID: rb.BrokerID, IncarnationID: rb.IncarnationID, Epoch: int64(index),
-				Kafka: rb.Kafka, Controller: rb.Controller, Rack: rb.Rack, Fenced: true}
+				Kafka: rb.Kafka, Controller: rb.Controller, Rack: rb.Rack, Listeners: slices.Clone(rb.Listeners), Fenced: true}
 			res.BrokerEpoch = int64(index)
 		case r.BrokerChange != nil:
 			bc := r.BrokerChange

@@ -61,6 +61,14 @@ type Endpoint struct {
 	Port int32  `json:"port"`
 }
 
+// NamedEndpoint is one of a broker's Kafka listeners, by name (Kafka's
+// listener names: PLAINTEXT, SSL, or a name of the operator's).
+type NamedEndpoint struct {
+	Name string `json:"name"`
+	Host string `json:"host"`
+	Port int32  `json:"port"`
+}
+
 // RegisterBrokerRecord registers a broker incarnation (KRaft's
 // RegisterBrokerRecord). Its epoch is the index of the entry holding it. A
 // broker registers fenced.
@@ -72,6 +80,11 @@ type RegisterBrokerRecord struct {
 	// controller RPCs), for a node that is not a voter.
 	Controller string `json:"controller,omitempty"`
 	Rack       string `json:"rack,omitempty"`
+	// Listeners are the broker's Kafka listeners when it has several
+	// (Kafka's advertised.listeners); Kafka is the one the nodes use
+	// among themselves. Clients are told each broker's endpoint on the
+	// listener they came in on.
+	Listeners []NamedEndpoint `json:"listeners,omitempty"`
 }
 
 // BrokerChangeRecord fences or unfences a broker, or marks its controlled

@@ -155,8 +155,9 @@ func (c *conn) topicMetadata(d spool.TopicDescription) kmsg.MetadataResponseTopi
 
 // brokers are the brokers clients are told of, and the controller id they
 // see: this node alone on a standalone broker, at the address of the
-// listener ln the client came in on; in a cluster every live broker, and
-// the active controller (any live broker while there is none: clients
+// listener ln the client came in on; in a cluster every live broker with a
+// listener of ln's name (Kafka's rule), at its endpoint there, and the
+// active controller (any live broker while there is none: clients
 // send it only administration, which every broker forwards).
 func (s *Server) brokers(ln *listener) ([]kmsg.MetadataResponseBroker, int32) {
 	info, ok := s.b.Cluster()
@@ -172,6 +173,14 @@ func (s *Server) brokers(ln *listener) ([]kmsg.MetadataResponseBroker, int32) {
 	for _, br := range info.Brokers {
 		mb := kmsg.NewMetadataResponseBroker()
 		mb.NodeID, mb.Host, mb.Port = br.ID, br.Host, br.Port
+		if ln != nil && ln.Name != controllerListenerName {
+			// The broker's endpoint on the client's listener; a broker
+			// without that listener is not one this client can reach.
+			var ok bool
+			if mb.Host, mb.Port, ok = br.Endpoint(ln.Name); !ok {
+				continue
+			}
+		}
 		if br.Rack != "" {
 			rack := br.Rack
 			mb.Rack = &rack

@@ -44,7 +44,14 @@ func describeCluster(c *conn, req *request, body *kmsg.DescribeClusterRequest) (
 			if b.Rack != "" {
 				rack = &b.Rack
 			}
-			resp.Brokers = append(resp.Brokers, kmsg.DescribeClusterResponseBroker{NodeID: b.ID, Host: b.Kafka.Host, Port: b.Kafka.Port, Rack: rack, IsFenced: b.Fenced})
+			ep, ok := b.Endpoint(c.ln.Name)
+			if c.ln.Name == controllerListenerName {
+				ep, ok = b.Kafka, true
+			}
+			if !ok {
+				continue
+			}
+			resp.Brokers = append(resp.Brokers, kmsg.DescribeClusterResponseBroker{NodeID: b.ID, Host: ep.Host, Port: ep.Port, Rack: rack, IsFenced: b.Fenced})
 		}
 		return resp, nil
 	}

@@ -252,3 +252,51 @@ func TestClusterNodeAuthorizerRefusals(t *testing.T) {
 	require.ErrorIs(t, err, spool.ErrInvalidConfig)
 	require.ErrorContains(t, err, "without bindings")
 }
+
+// Listeners the nodes could not use among themselves are refused at
+// start, with the reason.
+func TestClusterNodeListenerRefusals(t *testing.T) {
+	ts := newTLSSetup(t, true)
+	peer := ts.clientTLS(t, ts.client(t, pkix.Name{CommonName: "node"}, time.Time{}))
+	c := newTestCluster(t, 1)
+	for _, tc := range []struct {
+		name string
+		tune func(*NodeConfig)
+		msg  string
+	}{
+		{"one listener with SASL", func(cfg *NodeConfig) { cfg.Server.SASL = &SASL{Plain: map[string]string{"a": "b"}} }, "several listeners"},
+		{"the nodes' listener with SASL", func(cfg *NodeConfig) {
+			cfg.Server.SASL = &SASL{Plain: map[string]string{"a": "b"}}
+			cfg.Listen = ""
+			cfg.Listeners = []NodeListener{{Addr: "127.0.0.1:0", Listener: Listener{Name: "EXT", SASL: true}}, {Addr: "127.0.0.1:0", Listener: Listener{Name: "INT"}}}
+		}, "put a listener without SASL first"},
+		{"Listen and Listeners", func(cfg *NodeConfig) {
+			cfg.Listeners = []NodeListener{{Addr: "127.0.0.1:0"}}
+		}, "not both"},
+		{"a name twice", func(cfg *NodeConfig) {
+			cfg.Listen = ""
+			cfg.Listeners = []NodeListener{{Addr: "127.0.0.1:0"}, {Addr: "127.0.0.1:0"}}
+		}, "used twice"},
+		{"the reserved name", func(cfg *NodeConfig) {
+			cfg.Listen = ""
+			cfg.Listeners = []NodeListener{{Addr: "127.0.0.1:0", Listener: Listener{Name: "CONTROLLER"}}}
+		}, "reserved"},
+		{"SASL without users", func(cfg *NodeConfig) {
+			cfg.Listen = ""
+			cfg.Listeners = []NodeListener{{Addr: "127.0.0.1:0"}, {Addr: "127.0.0.1:0", Listener: Listener{SASL: true}}}
+		}, "no users"},
+		{"nodes' listener plaintext, nodes on TLS", func(cfg *NodeConfig) {
+			cfg.Listen = ""
+			cfg.Server.TLS, cfg.PeerTLS = ts.files.Config(), peer
+			cfg.Listeners = []NodeListener{{Addr: "127.0.0.1:0"}}
+		}, "exactly when the nodes do"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := c.config(1)
+			tc.tune(&cfg)
+			_, err := StartNode(cfg)
+			require.ErrorIs(t, err, spool.ErrInvalidConfig)
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+}

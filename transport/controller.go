@@ -51,7 +51,11 @@ func init() {
 // ServeController accepts connections on a cluster node's controller
 // listener until Shutdown. It returns ErrServerClosed then.
 func (s *Server) ServeController(l net.Listener) error {
-	return s.serve(l, true, s.defaultListener(l))
+	// TLS as the server's; never SASL: the nodes authenticate with
+	// their certificates (or are trusted) there.
+	ln := s.defaultListener(l)
+	ln.SASL, ln.Name = false, controllerListenerName
+	return s.serve(l, true, ln)
 }
 
 // peekConn is a connection whose first bytes were read into r.
@@ -109,6 +113,8 @@ func brokerRegistration(c *conn, req *request, body *kmsg.BrokerRegistrationRequ
 	if body.Rack != nil {
 		reg.Rack = *body.Rack
 	}
+	// The first Kafka listener is the one the nodes use among themselves
+	// (remote.RegisterBroker); a node with several registers them all.
 	for _, l := range body.Listeners {
 		switch l.Name {
 		case controllerListenerName:
@@ -117,7 +123,11 @@ func brokerRegistration(c *conn, req *request, body *kmsg.BrokerRegistrationRequ
 			if reg.Kafka.Host == "" {
 				reg.Kafka = controller.Endpoint{Host: l.Host, Port: int32(l.Port)}
 			}
+			reg.Listeners = append(reg.Listeners, controller.NamedEndpoint{Name: l.Name, Host: l.Host, Port: int32(l.Port)})
 		}
+	}
+	if len(reg.Listeners) < 2 {
+		reg.Listeners = nil
 	}
 	epoch, err := q.RegisterBroker(c.ctx, reg)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -27,6 +28,15 @@ type NodeConfig struct {
 	// AdvertisedAddr is the host:port clients and brokers are told to use
 	// (advertised.listeners). Default: the listener's address.
 	AdvertisedAddr string
+	// Listeners, if set, are the node's Kafka listeners instead of Listen
+	// and AdvertisedAddr (Kafka's listeners and advertised.listeners),
+	// each bound at its Addr with its own name, security and advertised
+	// address. The first is the one the nodes use among themselves
+	// (inter.broker.listener.name): it must not require SASL (the nodes
+	// have no SASL credentials), and it uses TLS exactly when PeerTLS is
+	// set. Each client is told every broker's endpoint on the listener it
+	// came in on; a broker without a listener of that name is left out.
+	Listeners []NodeListener
 	// ControllerListen is the host:port of the controller listener: Raft
 	// among the controllers and the controller's requests
 	// (controller.listener.names). A voter's must be reachable at its
@@ -63,6 +73,13 @@ type NodeConfig struct {
 	Logger *slog.Logger
 }
 
+// NodeListener is one of a cluster node's Kafka listeners.
+type NodeListener struct {
+	// Addr is the host:port to listen on; port 0 picks a free one.
+	Addr string
+	Listener
+}
+
 // tlsDialer wraps dial (nil: TCP) so that each connection is a TLS client
 // connection, handshaken, verified against the dialed address's host.
 func tlsDialer(dial func(ctx context.Context, addr string) (net.Conn, error), cfg *tls.Config) func(ctx context.Context, addr string) (net.Conn, error) {
@@ -96,12 +113,13 @@ func tlsDialer(dial func(ctx context.Context, addr string) (net.Conn, error), cf
 // cluster's controller quorum (or follows it), served over the Kafka
 // protocol on its listener and its controller listener.
 type Node struct {
-	b      *spool.Broker
-	srv    *Server
-	kafka  net.Listener
-	ctrl   net.Listener
-	remote *remote
-	done   chan error
+	b         *spool.Broker
+	srv       *Server
+	kafka     net.Listener
+	listeners []net.Listener // kafka first
+	ctrl      net.Listener
+	remote    *remote
+	done      chan error
 }
 
 // StartNode starts a cluster node: it listens, opens the broker in Dir as
@@ -120,14 +138,8 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err := checkNodeSettings(cfg); err != nil {
 		return nil, err
 	}
-	if cfg.Server.SASL != nil {
-		// The nodes would have to authenticate to each other's listeners,
-		// and they have no SASL credentials to do it with: the node would
-		// never get ready. Mutual TLS authenticates them instead.
-		return nil, fmt.Errorf("%w: SASL on a cluster node's listener is not supported yet (the nodes do not authenticate to each other with SASL); use mutual TLS (Server.TLS with client certificates, and PeerTLS)", spool.ErrInvalidConfig)
-	}
-	if (cfg.Server.TLS == nil) != (cfg.PeerTLS == nil) {
-		return nil, fmt.Errorf("%w: a cluster node's listeners and its connections to the other nodes use TLS together: set both Server.TLS and PeerTLS, or neither", spool.ErrInvalidConfig)
+	if err := checkNodeListeners(cfg); err != nil {
+		return nil, err
 	}
 	voters, err := controller.ParseVoters(cfg.QuorumVoters)
 	if err != nil {
@@ -158,20 +170,51 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: controller listener: %w", err)
 	}
-	kafkaL, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		ctrlL.Close()
-		return nil, fmt.Errorf("transport: listener: %w", err)
+	// The Kafka listeners: Listen, or each of Listeners (the first is
+	// the nodes' own).
+	lcfgs := slices.Clone(cfg.Listeners)
+	if len(lcfgs) == 0 {
+		lcfgs = []NodeListener{{Addr: cfg.Listen}}
+		if cfg.AdvertisedAddr != "" {
+			h, p, err := advertisedAddr(cfg.AdvertisedAddr, nil)
+			if err != nil {
+				ctrlL.Close()
+				return nil, err
+			}
+			lcfgs[0].AdvertisedHost, lcfgs[0].AdvertisedPort = h, p
+		}
 	}
+	var kafkaLs []net.Listener
 	fail := func(err error) (*Node, error) {
 		ctrlL.Close()
-		kafkaL.Close()
+		for _, l := range kafkaLs {
+			l.Close()
+		}
 		return nil, err
 	}
-	host, port, err := advertisedAddr(cfg.AdvertisedAddr, kafkaL.Addr())
-	if err != nil {
-		return fail(err)
+	var endpoints []controller.NamedEndpoint
+	for i, lc := range lcfgs {
+		l, err := net.Listen("tcp", lc.Addr)
+		if err != nil {
+			return fail(fmt.Errorf("transport: listener %s: %w", lc.Addr, err))
+		}
+		kafkaLs = append(kafkaLs, l)
+		adv := ""
+		if lc.AdvertisedHost != "" {
+			adv = net.JoinHostPort(lc.AdvertisedHost, strconv.Itoa(int(lc.AdvertisedPort)))
+		}
+		h, p, err := advertisedAddr(adv, l.Addr())
+		if err != nil {
+			return fail(err)
+		}
+		lcfgs[i].AdvertisedHost, lcfgs[i].AdvertisedPort = h, p
+		if lcfgs[i].Name == "" {
+			lcfgs[i].Name = lcfgs[i].SecurityProtocol()
+		}
+		endpoints = append(endpoints, controller.NamedEndpoint{Name: lcfgs[i].Name, Host: h, Port: p})
 	}
+	kafkaL := kafkaLs[0]
+	host, port := lcfgs[0].AdvertisedHost, lcfgs[0].AdvertisedPort
 	ctrlAddr := voterAddr
 	if ctrlAddr == "" {
 		h, p, err := advertisedAddr("", ctrlL.Addr())
@@ -186,6 +229,9 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	r := newRemote(cfg.Dial)
 	no := cfg.Cluster
 	no.Voters, no.ControllerAddr, no.AdvertisedHost, no.AdvertisedPort = voters, ctrlAddr, host, port
+	if len(endpoints) > 1 {
+		no.Listeners = endpoints
+	}
 	no.ControllerListenAddr = ctrlL.Addr().String()
 	no.ClusterID, no.Remote = cfg.ClusterID, r
 	if cfg.Dial != nil {
@@ -223,7 +269,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		srv.settings = cs
 		go cs.follow(srv.done)
 	}
-	n := &Node{b: b, srv: srv, kafka: kafkaL, ctrl: ctrlL, remote: r, done: make(chan error, 3)}
+	n := &Node{b: b, srv: srv, kafka: kafkaL, listeners: kafkaLs, ctrl: ctrlL, remote: r, done: make(chan error, 2+len(kafkaLs))}
 	go func() { n.done <- srv.ServeController(ctrlL) }()
 	go func() {
 		// Kafka clients (and other brokers' followers) are served once the
@@ -238,7 +284,14 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 			srv.settings.sync()
 		case <-srv.done: // shut down first: Serve closes the listener
 		}
-		n.done <- srv.Serve(kafkaL)
+		if len(cfg.Listeners) == 0 {
+			n.done <- srv.Serve(kafkaL)
+			return
+		}
+		for i, l := range kafkaLs[1:] {
+			go func() { n.done <- srv.ServeListener(l, lcfgs[i+1].Listener) }()
+		}
+		n.done <- srv.ServeListener(kafkaL, lcfgs[0].Listener)
 	}()
 	go func() {
 		if err, ok := <-b.Failed(); ok {
@@ -281,6 +334,49 @@ func checkNodeSettings(cfg NodeConfig) error {
 	return nil
 }
 
+// checkNodeListeners refuses listeners the nodes could not use among
+// themselves: the first (the nodes' own) must not require SASL and must
+// use TLS exactly when the nodes do (PeerTLS, and Server.TLS on the
+// controller listener).
+func checkNodeListeners(cfg NodeConfig) error {
+	if (cfg.Server.TLS == nil) != (cfg.PeerTLS == nil) {
+		return fmt.Errorf("%w: a cluster node's controller listener and its connections to the other nodes use TLS together: set both Server.TLS and PeerTLS, or neither", spool.ErrInvalidConfig)
+	}
+	if len(cfg.Listeners) == 0 {
+		if cfg.Server.SASL != nil {
+			// The nodes would have to authenticate to each other's
+			// listener, and they have no SASL credentials to do it
+			// with: the node would never get ready.
+			return fmt.Errorf("%w: SASL on a cluster node's one listener: the nodes use it among themselves and have no SASL credentials; give the node several listeners (NodeConfig.Listeners, spool serve --listeners), the first without SASL, or authenticate clients with mutual TLS", spool.ErrInvalidConfig)
+		}
+		return nil
+	}
+	if cfg.Listen != "" || cfg.AdvertisedAddr != "" {
+		return fmt.Errorf("%w: Listen and AdvertisedAddr, or Listeners: not both", spool.ErrInvalidConfig)
+	}
+	names := map[string]bool{}
+	for i, l := range cfg.Listeners {
+		name := l.Name
+		if name == "" {
+			name = l.SecurityProtocol()
+		}
+		if names[name] || name == controllerListenerName {
+			return fmt.Errorf("%w: listener name %q used twice (or reserved): name each listener", spool.ErrInvalidConfig, name)
+		}
+		names[name] = true
+		if l.SASL && cfg.Server.SASL == nil {
+			return fmt.Errorf("%w: listener %q requires SASL, but Server.SASL has no users", spool.ErrInvalidConfig, name)
+		}
+		if i == 0 && l.SASL {
+			return fmt.Errorf("%w: listener %q is the one the nodes use among themselves (the first), and they have no SASL credentials: put a listener without SASL first", spool.ErrInvalidConfig, name)
+		}
+		if i == 0 && (l.TLS == nil) != (cfg.PeerTLS == nil) {
+			return fmt.Errorf("%w: listener %q is the one the nodes use among themselves (the first): it uses TLS exactly when the nodes do (PeerTLS)", spool.ErrInvalidConfig, name)
+		}
+	}
+	return nil
+}
+
 // advertisedAddr is the address to advertise: adv if set, else the
 // listener's (an unspecified IP becomes localhost).
 func advertisedAddr(adv string, l net.Addr) (string, int32, error) {
@@ -308,8 +404,18 @@ func (n *Node) Broker() *spool.Broker { return n.b }
 // Server is the node's Kafka server.
 func (n *Node) Server() *Server { return n.srv }
 
-// Addr is the Kafka listener's address.
+// Addr is the Kafka listener's address (the first of several).
 func (n *Node) Addr() net.Addr { return n.kafka.Addr() }
+
+// ListenerAddrs are the addresses of the Kafka listeners, in the order of
+// NodeConfig.Listeners (Addr alone without them).
+func (n *Node) ListenerAddrs() []net.Addr {
+	out := make([]net.Addr, len(n.listeners))
+	for i, l := range n.listeners {
+		out[i] = l.Addr()
+	}
+	return out
+}
 
 // ControllerAddr is the controller listener's address.
 func (n *Node) ControllerAddr() net.Addr { return n.ctrl.Addr() }

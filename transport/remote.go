@@ -190,9 +190,27 @@ func (r *remote) RegisterBroker(ctx context.Context, addr string, reg controller
 	kr.Version = registrationVersion
 	kr.BrokerID, kr.ClusterID, kr.IncarnationID = reg.BrokerID, reg.ClusterID, incarnationBytes(reg.IncarnationID)
 	kr.PreviousBrokerEpoch = -1
+	// The listener the nodes use among themselves comes first; a node
+	// with one listener sends it as PLAINTEXT, whatever its protocol.
 	l := kmsg.NewBrokerRegistrationRequestListener()
 	l.Name, l.Host, l.Port = "PLAINTEXT", reg.Kafka.Host, uint16(reg.Kafka.Port)
 	kr.Listeners = append(kr.Listeners, l)
+	if len(reg.Listeners) > 0 {
+		kr.Listeners = kr.Listeners[:0]
+		for _, e := range reg.Listeners {
+			if e.Host == reg.Kafka.Host && e.Port == reg.Kafka.Port {
+				l.Name = e.Name
+				kr.Listeners = append(kr.Listeners, l)
+			}
+		}
+		for _, e := range reg.Listeners {
+			if e.Host != reg.Kafka.Host || e.Port != reg.Kafka.Port {
+				l := kmsg.NewBrokerRegistrationRequestListener()
+				l.Name, l.Host, l.Port = e.Name, e.Host, uint16(e.Port)
+				kr.Listeners = append(kr.Listeners, l)
+			}
+		}
+	}
 	if reg.Controller != "" {
 		host, port, err := net.SplitHostPort(reg.Controller)
 		if err != nil {

@@ -69,6 +69,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	principalRules := fs.String("ssl-principal-mapping-rules", "", "map client certificates' subjects to principals with Kafka's `rules` (ssl.principal.mapping.rules), e.g. 'RULE:^CN=([^,]*),.*$/$1/L,DEFAULT' (default DEFAULT: the whole subject)")
 	listenersFlag := fs.String("listeners", "", "several listeners instead of --listen, `NAME://host:port,...` (listeners): NAME is PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, or a name --listener-security-protocol-map maps to one; SSL needs --tls-*, SASL --sasl-*")
 	advertisedListeners := fs.String("advertised-listeners", "", "what each listener's clients are told to connect to, `NAME://host:port,...` (advertised.listeners) (default: the listener's address)")
+	interBroker := fs.String("inter-broker-listener-name", "", "on a cluster node with --listeners, the `NAME` of the listener the nodes use among themselves (inter.broker.listener.name): without SASL, and TLS exactly when the nodes use TLS (default: the first of --listeners)")
 	protocolMap := fs.String("listener-security-protocol-map", "", "the security protocol of each custom listener name, `NAME:PROTOCOL,...` (listener.security.protocol.map)")
 	authorizer := fs.Bool("authorizer", false, "enforce ACLs (authorizer.class.name): every request is denied unless an ACL allows it or the principal is a super user; ACLs are kept in the data directory's \"acls\" file (a cluster's: in its metadata log, the nodes' certificate principals among --super-users) and managed with \"spool acls\" (any Kafka admin client)")
 	superUsers := fs.String("super-users", "", "principals allowed everything, `User:a;User:b` (super.users); with --authorizer")
@@ -147,9 +148,17 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}
+	if *interBroker != "" && (listeners == nil || *voters == "") {
+		return usageError(fs, "--inter-broker-listener-name needs --listeners and --controller-quorum-voters")
+	}
 	if listeners != nil {
-		if *voters != "" {
-			return usageError(fs, "--listeners on a cluster node is not supported yet: a node registers one listener with the controller")
+		if *interBroker != "" {
+			i := slices.IndexFunc(listeners, func(l serveListener) bool { return l.cfg.Name == *interBroker })
+			if i < 0 {
+				return usageError(fs, "--inter-broker-listener-name %s: --listeners has no listener of that name", *interBroker)
+			}
+			// The nodes' listener goes first (transport.NodeConfig.Listeners).
+			listeners[0], listeners[i] = listeners[i], listeners[0]
 		}
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -172,8 +181,12 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 			}
 		}
 		// The listeners carry their own security; the server-wide
-		// options would apply to Serve's only.
-		opts.TLS = nil
+		// options would apply to Serve's only - and, on a cluster node,
+		// to the controller listener, which uses TLS when the nodes'
+		// listener does.
+		if *voters == "" || listeners[0].cfg.TLS == nil {
+			opts.TLS = nil
+		}
 	}
 	if *superUsers != "" && !*authorizer {
 		return usageError(fs, "--super-users needs --authorizer")
@@ -247,7 +260,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 			ControllerListen: *ctrlListen, QuorumVoters: *voters, ClusterID: *clusterID,
 			Broker: bopts, Cluster: spool.NodeOptions{SessionTimeout: *sessionTimeout}, Server: opts, Logger: logger,
 		}
-		if tlsFiles != nil {
+		if listeners != nil {
+			cfg.Listen, cfg.AdvertisedAddr = "", ""
+			for _, l := range listeners {
+				cfg.Listeners = append(cfg.Listeners, transport.NodeListener{Addr: l.addr, Listener: l.cfg})
+			}
+		}
+		if tlsFiles != nil && opts.TLS != nil {
 			// The node shows its own certificate to the others, and
 			// trusts what signs theirs: the client CA, else the system's.
 			cfg.PeerTLS = tlsFiles.PeerConfig()
@@ -457,6 +476,15 @@ func serveNode(ctx context.Context, cfg transport.NodeConfig, logger *slog.Logge
 	}
 	logger.Info("listening", "addr", n.Addr().String(), "controller", n.ControllerAddr().String(), "data", cfg.Dir,
 		"node_id", cfg.NodeID, "voters", cfg.QuorumVoters)
+	if len(cfg.Listeners) > 1 {
+		for i, a := range n.ListenerAddrs() {
+			l := cfg.Listeners[i]
+			logger.Info("listener", "name", l.Name, "addr", a.String(), "security", l.SecurityProtocol(), "inter_broker", i == 0)
+			fmt.Fprintf(stderr, "spool: listener %s on %s\n", l.Name, a)
+		}
+	}
+	// Last but one: harnesses wait for this line, and then read the
+	// ones above.
 	fmt.Fprintf(stderr, "spool: serving on %s\n", n.Addr())
 	fmt.Fprintf(stderr, "spool: controller on %s\n", n.ControllerAddr())
 	code := exitOK

@@ -446,6 +446,9 @@ func TestServeListeners(t *testing.T) {
 		{"--listeners", "PLAINTEXT://127.0.0.1:0,PLAINTEXT://127.0.0.1:0"},
 		{"--advertised-listeners", "PLAINTEXT://h:1"},
 		{"--listeners", "nonsense"},
+		{"--inter-broker-listener-name", "PLAINTEXT"},
+		{"--listeners", "PLAINTEXT://127.0.0.1:0", "--inter-broker-listener-name", "PLAINTEXT"},
+		{"--listeners", "PLAINTEXT://127.0.0.1:0", "--controller-quorum-voters", "1@127.0.0.1:9", "--inter-broker-listener-name", "NOPE"},
 	} {
 		code, _, stderr := runTool(t, append([]string{"serve", "--data", t.TempDir()}, args...)...)
 		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
