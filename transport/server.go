@@ -411,7 +411,16 @@ func (s *Server) serve(l net.Listener, controller bool, ln *listener) error {
 		if controller {
 			// Which protocol comes is read off the connection's first
 			// byte, on its own goroutine: the accept loop never waits.
+			// Counted under mu, as Shutdown sets closing before it
+			// waits: an Add racing Shutdown's Wait is a misuse.
+			s.mu.Lock()
+			if s.closing.Load() {
+				s.mu.Unlock()
+				nc.Close()
+				return ErrServerClosed
+			}
 			s.connWG.Add(1)
+			s.mu.Unlock()
 			go func() {
 				defer s.connWG.Done()
 				principal := anonymous
