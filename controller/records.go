@@ -188,10 +188,13 @@ type SettingsKind string
 const (
 	SettingsACLs   SettingsKind = "acls"   // package acl's bindings
 	SettingsQuotas SettingsKind = "quotas" // package quota's client quotas
+	SettingsSCRAM  SettingsKind = "scram"  // SCRAM credentials set over the protocol (salts and keys)
 )
 
 // Valid reports whether k is a known kind.
-func (k SettingsKind) Valid() bool { return k == SettingsACLs || k == SettingsQuotas }
+func (k SettingsKind) Valid() bool {
+	return k == SettingsACLs || k == SettingsQuotas || k == SettingsSCRAM
+}
 
 // ProducerIDsRecord hands a broker the block of producer ids below
 // NextProducerID (KRaft's ProducerIdsRecord): the next block starts there.

@@ -249,6 +249,10 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	r.b.Store(b)
 	so := cfg.Server
 	so.NodeID, so.AdvertisedHost, so.AdvertisedPort = cfg.NodeID, host, port
+	if so.SASL != nil {
+		// SCRAM credentials set over the protocol are the cluster's.
+		so.SCRAMFile = &SCRAMFile{creds: map[string]map[string]scramCredential{}, cluster: &settingsStore{b, controller.SettingsSCRAM}}
+	}
 	if so.Logger == nil {
 		so.Logger = cfg.Logger
 	}
@@ -258,8 +262,8 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		return fail(err)
 	}
 	srv.peers = r.peers
-	if so.Authorizer != nil || so.Quotas != nil {
-		cs := &clusterSettings{q: b.Quorum(), a: so.Authorizer, m: so.Quotas, log: so.Logger}
+	if so.Authorizer != nil || so.Quotas != nil || so.SCRAMFile != nil {
+		cs := &clusterSettings{q: b.Quorum(), a: so.Authorizer, m: so.Quotas, s: srv, log: so.Logger}
 		if cs.a != nil {
 			cs.a.SetStore(aclStore{settingsStore{b, controller.SettingsACLs}})
 		}
@@ -307,6 +311,9 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 // nodes, with this node's certificate principal a super user: the
 // controller listener serves only super users (package doc, "ACLs").
 func checkNodeSettings(cfg NodeConfig) error {
+	if cfg.Server.SCRAMFile != nil {
+		return fmt.Errorf("%w: a cluster node's SCRAM credentials set over the protocol are the cluster's, in its metadata log: leave Server.SCRAMFile nil", spool.ErrInvalidConfig)
+	}
 	if q := cfg.Server.Quotas; q != nil && (len(q.Quotas()) > 0 || q.Version() > 0) {
 		return fmt.Errorf("%w: a cluster node's quotas are the cluster's (set with AlterClientQuotas on any node): give it a quota.Manager without quotas", spool.ErrInvalidConfig)
 	}

@@ -146,15 +146,48 @@ func alterUserSCRAMCredentials(c *conn, req *request, body *kmsg.AlterUserSCRAMC
 			fail(name, errDuplicateResourceCode, "a user may appear once per request")
 		}
 	}
-	c.s.scramMu.Lock()
+	// The checks above hold whatever the credentials are; those below
+	// depend on them, and are made again if a cluster's controller
+	// refuses the change as made from credentials another node changed.
+	pre := map[string]kmsg.AlterUserSCRAMCredentialsResponseResult{}
+	for name, r := range results {
+		pre[name] = *r
+	}
+	var saveErr error
+	c.s.settings.retryStale(c.ctx, c.s.scramVersion, func() error {
+		for name, r := range results {
+			*r = pre[name]
+		}
+		saveErr = c.s.alterSCRAM(body, results, fail)
+		return saveErr
+	})
+	for _, name := range order {
+		r := results[name]
+		if saveErr != nil && r.ErrorCode == errNone {
+			r.ErrorCode, r.ErrorMessage = errKafkaStorageError, strPtr(saveErr.Error())
+		}
+		if r.ErrorCode == errNone {
+			c.s.logger.Info("SCRAM credentials changed", "by", c.principal, "user", name)
+		}
+		resp.Results = append(resp.Results, *r)
+	}
+	return resp, nil
+}
+
+// alterSCRAM applies AlterUserScramCredentials' deletions and upsertions
+// to the credentials held, marking each user's failures in results, and
+// saves them: the save's error.
+func (s *Server) alterSCRAM(body *kmsg.AlterUserSCRAMCredentialsRequest, results map[string]*kmsg.AlterUserSCRAMCredentialsResponseResult, fail func(string, int16, string)) error {
+	s.scramMu.Lock()
+	defer s.scramMu.Unlock()
 	next := map[string]map[string]scramCredential{}
-	for mech, us := range c.s.scram {
+	for mech, us := range s.scram {
 		next[mech] = maps.Clone(us)
 	}
 	// managed is what the file keeps: the credentials set over the
 	// protocol, not those of --sasl-scram flags.
 	var managed map[string]map[string]scramCredential
-	if f := c.s.opts.SCRAMFile; f != nil {
+	if f := s.opts.SCRAMFile; f != nil {
 		managed = map[string]map[string]scramCredential{}
 		for mech, us := range f.creds {
 			managed[mech] = maps.Clone(us)
@@ -210,14 +243,14 @@ func alterUserSCRAMCredentials(c *conn, req *request, body *kmsg.AlterUserSCRAMC
 			continue
 		}
 		for mech := range next {
-			if cur, ok := c.s.scram[mech][name]; ok {
+			if cur, ok := s.scram[mech][name]; ok {
 				next[mech][name] = cur
 			} else {
 				delete(next[mech], name)
 			}
 		}
 		for mech := range managed {
-			if cur, ok := c.s.opts.SCRAMFile.creds[mech][name]; ok {
+			if cur, ok := s.opts.SCRAMFile.creds[mech][name]; ok {
 				managed[mech][name] = cur
 			} else {
 				delete(managed[mech], name)
@@ -225,26 +258,15 @@ func alterUserSCRAMCredentials(c *conn, req *request, body *kmsg.AlterUserSCRAMC
 		}
 	}
 	var saveErr error
-	if f := c.s.opts.SCRAMFile; f != nil {
+	if f := s.opts.SCRAMFile; f != nil {
 		if saveErr = f.save(managed); saveErr == nil {
 			f.creds = managed
 		}
 	}
 	if saveErr == nil {
-		c.s.scram = next
+		s.scram = next
 	}
-	c.s.scramMu.Unlock()
-	for _, name := range order {
-		r := results[name]
-		if saveErr != nil && r.ErrorCode == errNone {
-			r.ErrorCode, r.ErrorMessage = errKafkaStorageError, strPtr(saveErr.Error())
-		}
-		if r.ErrorCode == errNone {
-			c.s.logger.Info("SCRAM credentials changed", "by", c.principal, "user", name)
-		}
-		resp.Results = append(resp.Results, *r)
-	}
-	return resp, nil
+	return saveErr
 }
 
 // SCRAMFile keeps the SCRAM credentials AlterUserScramCredentials sets, in
@@ -257,9 +279,17 @@ func alterUserSCRAMCredentials(c *conn, req *request, body *kmsg.AlterUserSCRAMC
 //
 // It holds salts and derived keys, never passwords; still, keep it
 // readable by the broker only (it is written 0600).
+//
+// A cluster node keeps them in the cluster's metadata log instead
+// (StartNode gives it a SCRAMFile whose cluster store is that), the same
+// on every node.
 type SCRAMFile struct {
 	path  string
-	creds map[string]map[string]scramCredential // as loaded
+	creds map[string]map[string]scramCredential // as loaded; under Server.scramMu
+	// cluster, on a cluster node, saves to the metadata log; version is
+	// the version of creds there (under Server.scramMu).
+	cluster *settingsStore
+	version int64
 }
 
 type scramFileCred struct {
@@ -292,23 +322,38 @@ func OpenSCRAMFile(path string) (*SCRAMFile, error) {
 	if err != nil {
 		return bad(err.Error())
 	}
-	var raw map[string]map[string]scramFileCred
-	if err := json.Unmarshal(js, &raw); err != nil {
+	if f.creds, err = decodeSCRAM(js); err != nil {
 		return bad(err.Error())
-	}
-	for mech, users := range raw {
-		if scramMechanismCode(mech) == 0 {
-			return bad("unknown mechanism " + mech)
-		}
-		f.creds[mech] = map[string]scramCredential{}
-		for user, c := range users {
-			f.creds[mech][user] = scramCredential{salt: c.Salt, iterations: c.Iterations, storedKey: c.StoredKey, serverKey: c.ServerKey}
-		}
 	}
 	return f, nil
 }
 
-func (f *SCRAMFile) save(creds map[string]map[string]scramCredential) error {
+// decodeSCRAM decodes what encodeSCRAM encoded.
+func decodeSCRAM(js []byte) (map[string]map[string]scramCredential, error) {
+	var raw map[string]map[string]scramFileCred
+	if err := json.Unmarshal(js, &raw); err != nil {
+		return nil, err
+	}
+	creds := map[string]map[string]scramCredential{}
+	for mech, users := range raw {
+		if scramMechanismCode(mech) == 0 {
+			return nil, fmt.Errorf("unknown mechanism %s", mech)
+		}
+		creds[mech] = map[string]scramCredential{}
+		for user, c := range users {
+			if user == "" || c.Iterations < scramMinIterations || c.Iterations > scramMaxIterations || len(c.Salt) == 0 ||
+				len(c.StoredKey) != scramHash(mech)().Size() || len(c.ServerKey) != scramHash(mech)().Size() {
+				return nil, fmt.Errorf("bad %s credential for user %q", mech, user)
+			}
+			creds[mech][user] = scramCredential{salt: c.Salt, iterations: c.Iterations, storedKey: c.StoredKey, serverKey: c.ServerKey}
+		}
+	}
+	return creds, nil
+}
+
+// encodeSCRAM encodes credentials as the file (and the metadata log)
+// keeps them.
+func encodeSCRAM(creds map[string]map[string]scramCredential) ([]byte, error) {
 	raw := map[string]map[string]scramFileCred{}
 	for mech, users := range creds {
 		if len(users) == 0 {
@@ -319,9 +364,62 @@ func (f *SCRAMFile) save(creds map[string]map[string]scramCredential) error {
 			raw[mech][user] = scramFileCred{Salt: c.salt, Iterations: c.iterations, StoredKey: c.storedKey, ServerKey: c.serverKey}
 		}
 	}
-	js, err := json.Marshal(raw)
+	return json.Marshal(raw)
+}
+
+// save stores creds, the managed credentials after a change: in the file,
+// or through the cluster's controller from the version held (refused with
+// controller.ErrConfigChanged if another node changed them meanwhile).
+// Called with Server.scramMu.
+func (f *SCRAMFile) save(creds map[string]map[string]scramCredential) error {
+	js, err := encodeSCRAM(creds)
 	if err != nil {
 		return err
 	}
+	if f.cluster != nil {
+		if err := f.cluster.saveAt(js, f.version); err != nil {
+			return err
+		}
+		f.version++
+		return nil
+	}
 	return vfs.WriteFileAtomic(vfs.Default, f.path, crcfile.Encode(scramHeader, js))
+}
+
+// syncSCRAM installs SCRAM credentials another node saved in the
+// metadata log as version: the configured users' (Options.SASL) with
+// these over them, as at start.
+func (s *Server) syncSCRAM(creds map[string]map[string]scramCredential, version int64) error {
+	base, err := scramCredentials(s.opts.SASL)
+	if err != nil {
+		return err
+	}
+	s.scramMu.Lock()
+	defer s.scramMu.Unlock()
+	f := s.opts.SCRAMFile
+	if f == nil || version <= f.version {
+		return nil
+	}
+	if base == nil {
+		base = map[string]map[string]scramCredential{}
+	}
+	for mech, users := range creds {
+		if base[mech] == nil {
+			base[mech] = map[string]scramCredential{}
+		}
+		maps.Copy(base[mech], users)
+	}
+	s.scram, f.creds, f.version = base, creds, version
+	return nil
+}
+
+// scramVersion is the version of the managed credentials held (0 without
+// a cluster).
+func (s *Server) scramVersion() int64 {
+	s.scramMu.RLock()
+	defer s.scramMu.RUnlock()
+	if f := s.opts.SCRAMFile; f != nil {
+		return f.version
+	}
+	return 0
 }

@@ -15,31 +15,34 @@ import (
 	"github.com/spoolmq/spool/quota"
 )
 
-// A cluster node's ACLs and client quotas are the cluster's: they live in
-// the metadata log as two settings documents (controller.SettingsACLs,
-// controller.SettingsQuotas), and every node's Authorizer and quota
-// Manager hold a copy.
+// A cluster node's ACLs, client quotas and SCRAM credentials (those set
+// over the protocol) are the cluster's: they live in the metadata log as
+// settings documents (controller.SettingsACLs, SettingsQuotas,
+// SettingsSCRAM), and every node's Authorizer, quota Manager and SCRAMFile
+// hold a copy.
 //
-//   - A change (CreateAcls, DeleteAcls, AlterClientQuotas) is made on the
-//     node that received it, from the version of the document its copy is
-//     at, and saved through the active controller (Broker.AlterSettings),
-//     which refuses it if another change was saved since. The node then
-//     takes the newer document and makes the change again (retryStale).
-//   - Every node follows the metadata log (followSettings) and installs
-//     each new version (Authorizer.Sync, Manager.Sync). A node serves
-//     Kafka clients only once it has caught up with the log, with the
-//     cluster's ACLs and quotas installed.
+//   - A change (CreateAcls, DeleteAcls, AlterClientQuotas,
+//     AlterUserScramCredentials) is made on the node that received it,
+//     from the version of the document its copy is at, and saved through
+//     the active controller (Broker.AlterSettings), which refuses it if
+//     another change was saved since. The node then takes the newer
+//     document and makes the change again (retryStale).
+//   - Every node follows the metadata log (clusterSettings.follow) and
+//     installs each new version (Authorizer.Sync, Manager.Sync,
+//     Server.syncSCRAM). A node serves Kafka clients only once it has
+//     caught up with the log, with the cluster's settings installed.
 //
 // So an ACL created on one node holds on every node once they have applied
 // the entry: the same moment the cluster's other metadata changes reach
 // them.
 
-// clusterSettings keeps a cluster node's Authorizer and quota Manager in
-// step with the metadata log.
+// clusterSettings keeps a cluster node's Authorizer, quota Manager and
+// SCRAM credentials in step with the metadata log.
 type clusterSettings struct {
 	q   *controller.Quorum
 	a   *acl.Authorizer // nil: no authorizer
 	m   *quota.Manager  // nil: no quotas
+	s   *Server         // its SCRAM credentials, with Options.SCRAMFile
 	log *slog.Logger
 }
 
@@ -112,6 +115,7 @@ func (cs *clusterSettings) sync() {
 			}
 		}
 	}
+	cs.syncSCRAM(im)
 	if cs.m != nil {
 		if st := im.Settings(controller.SettingsQuotas); st.Version > cs.m.Version() {
 			qs, err := quota.Unmarshal(st.Data)
@@ -122,6 +126,24 @@ func (cs *clusterSettings) sync() {
 				cs.log.Error("the cluster's client quotas do not decode; keeping the previous ones", "version", st.Version, "err", err)
 			}
 		}
+	}
+}
+
+// syncSCRAM is sync's part for SCRAM credentials.
+func (cs *clusterSettings) syncSCRAM(im *controller.Image) {
+	if cs.s == nil || cs.s.opts.SCRAMFile == nil {
+		return
+	}
+	st := im.Settings(controller.SettingsSCRAM)
+	if st.Version <= cs.s.scramVersion() {
+		return
+	}
+	creds, err := decodeSCRAM(st.Data)
+	if err == nil {
+		err = cs.s.syncSCRAM(creds, st.Version)
+	}
+	if err != nil {
+		cs.log.Error("the cluster's SCRAM credentials do not decode; keeping the previous ones", "version", st.Version, "err", err)
 	}
 }
 
