@@ -1,14 +1,18 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"crypto/pbkdf2"
 	"crypto/sha256"
+	"encoding/base64"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/internal/crcfile"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -90,3 +94,39 @@ func TestSCRAMCredentialsOverTheProtocol(t *testing.T) {
 	require.Empty(t, file3.creds[mechSCRAMSHA256], "the file forgot bob; admin (a configured user) was never in it")
 	require.Empty(t, file3.creds[mechSCRAMSHA512])
 }
+
+// A damaged SCRAM credentials file refuses to load - a flipped byte, a
+// credential with the wrong key size, an unknown mechanism - rather than
+// start without users or with a broken one.
+func TestSCRAMFileDamaged(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "scram")
+	f, err := OpenSCRAMFile(path)
+	require.NoError(t, err)
+	key := make([]byte, 32)
+	good := map[string]map[string]scramCredential{"SCRAM-SHA-256": {"bob": {salt: []byte("s"), iterations: 4096, storedKey: key, serverKey: key}}}
+	require.NoError(t, f.save(good))
+	f, err = OpenSCRAMFile(path)
+	require.NoError(t, err)
+	require.Len(t, f.creds["SCRAM-SHA-256"], 1)
+
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	flipped := bytes.Clone(data)
+	flipped[len(scramHeader)+5] ^= 0x01
+	require.NoError(t, os.WriteFile(path, flipped, 0o600))
+	_, err = OpenSCRAMFile(path)
+	require.ErrorIs(t, err, ErrBadSCRAMFile)
+
+	for name, creds := range map[string]string{
+		"short key":         `{"SCRAM-SHA-256":{"bob":{"Salt":"cw==","Iterations":4096,"StoredKey":"AAAA","ServerKey":"AAAA"}}}`,
+		"unknown mechanism": `{"SCRAM-MD5":{}}`,
+		"few iterations":    `{"SCRAM-SHA-256":{"bob":{"Salt":"cw==","Iterations":1,"StoredKey":"` + b64(key) + `","ServerKey":"` + b64(key) + `"}}}`,
+	} {
+		require.NoError(t, os.WriteFile(path, crcfile.Encode(scramHeader, []byte(creds)), 0o600))
+		_, err = OpenSCRAMFile(path)
+		require.ErrorIs(t, err, ErrBadSCRAMFile, name)
+	}
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
