@@ -92,11 +92,16 @@ type NodeOptions struct {
 	// other brokers are told to use (advertised.listeners).
 	AdvertisedHost string
 	AdvertisedPort int32
-	// Listeners are the broker's Kafka listeners by name when it has
-	// several (advertised.listeners), the one at AdvertisedHost and
-	// AdvertisedPort among them: each client is told every broker's
-	// endpoint on the listener it came in on.
+	// Listeners are the broker's named Kafka listeners
+	// (advertised.listeners), the first the one at AdvertisedHost and
+	// AdvertisedPort: each client is told every broker's endpoint on the
+	// listener it came in on. None: the one listener at AdvertisedHost and
+	// AdvertisedPort is told to every client.
 	Listeners []controller.NamedEndpoint
+	// ValidateSettings, if set, checks a settings document (the
+	// cluster's ACLs, quotas or SCRAM credentials) before the active
+	// controller commits it (controller.Config.ValidateSettings).
+	ValidateSettings func(controller.SettingsKind, []byte) error
 	// Rack is the broker's rack (broker.rack), shown in metadata.
 	Rack string
 	// ClusterID, if set, is the cluster the node must belong to; a node
@@ -217,6 +222,7 @@ func (b *Broker) openNetNode() error {
 	nc.ctx, nc.cancel = context.WithCancel(context.Background())
 	q, err := controller.Open(controller.Config{
 		NodeID: b.opts.NodeID, Dir: b.dir, Voters: no.Voters, Addr: no.ControllerAddr, ListenAddr: no.ControllerListenAddr, ClusterID: cid,
+		ValidateSettings: no.ValidateSettings,
 		OnClusterID: func(id string) error {
 			return writeMetaProperties(b.dir, metaProperties{clusterID: id, nodeID: b.opts.NodeID})
 		},

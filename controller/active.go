@@ -242,8 +242,9 @@ type Registration struct {
 	// not a voter: it joins Raft as a non-voter to follow the metadata log.
 	Controller string
 	Rack       string
-	// Listeners are the broker's Kafka listeners when it has several;
-	// Kafka is among them (the one the nodes use among themselves).
+	// Listeners are the broker's named Kafka listeners, Kafka's first
+	// (the one the nodes use among themselves); none: one unnamed
+	// listener, Kafka, told to every client.
 	Listeners []NamedEndpoint
 }
 
@@ -592,10 +593,15 @@ type SettingsChange struct {
 	// ErrConfigChanged.
 	BaseVersion int64
 	Data        json.RawMessage
+	// ID names the change, unique per change (a retry of the same change
+	// keeps it): a change already applied - its first attempt committed,
+	// the answer lost - is answered as done rather than as stale.
+	ID string
 }
 
 // AlterSettings replaces a settings document, if it is still at
-// c.BaseVersion.
+// c.BaseVersion. The document must pass Config.ValidateSettings: one
+// that some node could not read would leave that node behind for good.
 func (q *Quorum) AlterSettings(ctx context.Context, c SettingsChange) error {
 	if !c.Kind.Valid() {
 		return fmt.Errorf("%w: settings kind %q", ErrInvalidConfig, c.Kind)
@@ -603,14 +609,25 @@ func (q *Quorum) AlterSettings(ctx context.Context, c SettingsChange) error {
 	if !json.Valid(c.Data) {
 		return fmt.Errorf("%w: settings %q are not JSON", ErrInvalidConfig, c.Kind)
 	}
+	if v := q.cfg.ValidateSettings; v != nil {
+		if err := v(c.Kind, c.Data); err != nil {
+			return fmt.Errorf("%w: %s settings: %v", ErrInvalidConfig, c.Kind, err)
+		}
+	}
 	if err := q.begin(ctx); err != nil {
 		return err
 	}
 	defer q.opMu.Unlock()
 	if cur := q.Image().Settings(c.Kind); cur.Version != c.BaseVersion {
+		if c.ID != "" && slices.Contains(cur.Recent, c.ID) {
+			return nil // applied by an earlier attempt
+		}
 		return fmt.Errorf("%w: %s settings are at version %d, the change was made from %d", ErrConfigChanged, c.Kind, cur.Version, c.BaseVersion)
 	}
-	_, _, err := q.applyLocked(Record{Settings: &SettingsRecord{Kind: c.Kind, Version: c.BaseVersion + 1, Data: c.Data}})
+	res, _, err := q.applyLocked(Record{Settings: &SettingsRecord{Kind: c.Kind, Version: c.BaseVersion + 1, Data: c.Data, ID: c.ID}})
+	if err == nil && res.Skipped > 0 {
+		err = fmt.Errorf("%w: %s settings moved past version %d as the change was applied", ErrConfigChanged, c.Kind, c.BaseVersion)
+	}
 	return err
 }
 

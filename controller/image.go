@@ -30,7 +30,14 @@ type Image struct {
 type Settings struct {
 	Version int64           `json:"version"`
 	Data    json.RawMessage `json:"data,omitempty"`
+	// Recent are the ids of the last changes (oldest first, up to
+	// recentSettingsChanges).
+	Recent []string `json:"recent,omitempty"`
 }
+
+// recentSettingsChanges is how many change ids a settings document
+// remembers.
+const recentSettingsChanges = 32
 
 // BrokerInfo is one registered broker incarnation.
 type BrokerInfo struct {
@@ -42,8 +49,8 @@ type BrokerInfo struct {
 	Kafka      Endpoint
 	Controller string
 	Rack       string
-	// Listeners are the broker's Kafka listeners when it has several
-	// (none: Kafka alone).
+	// Listeners are the broker's named Kafka listeners; none: one
+	// unnamed listener, Kafka, told to every client.
 	Listeners            []NamedEndpoint `json:",omitempty"`
 	Fenced               bool
 	InControlledShutdown bool
@@ -317,7 +324,12 @@ func (im *Image) apply(e Entry, index uint64) (*Image, ApplyResult) {
 			if next.settings == nil {
 				next.settings = map[SettingsKind]Settings{}
 			}
-			next.settings[sr.Kind] = Settings{Version: sr.Version, Data: slices.Clone(sr.Data)}
+			recent := cur.Recent
+			if sr.ID != "" {
+				recent = append(slices.Clone(recent), sr.ID)
+				recent = recent[max(0, len(recent)-recentSettingsChanges):]
+			}
+			next.settings[sr.Kind] = Settings{Version: sr.Version, Data: slices.Clone(sr.Data), Recent: recent}
 		case r.NoOp != nil:
 		default:
 			res.Skipped++

@@ -86,6 +86,10 @@ type Stores struct {
 type Config struct {
 	// NodeID is this node's id (node.id).
 	NodeID int32
+	// ValidateSettings, if set, checks a settings document before the
+	// active controller commits it (AlterSettings): every node must be
+	// able to read it. Package transport supplies the decoders.
+	ValidateSettings func(SettingsKind, []byte) error
 	// Dir is the node's data directory: the metadata log and its
 	// snapshots live in it (MetadataDir).
 	Dir string

@@ -516,6 +516,14 @@ func TestSettingsChangeFromItsVersionOnly(t *testing.T) {
 	require.Zero(t, im.Settings(SettingsACLs).Version)
 
 	c := newCluster(t, 1)
+	c.cfg = func(cfg *Config) {
+		cfg.ValidateSettings = func(k SettingsKind, data []byte) error {
+			if string(data) == `["unreadable"]` {
+				return errors.New("no node could read this")
+			}
+			return nil
+		}
+	}
 	c.start(1)
 	q := c.active()
 	ctx := context.Background()
@@ -525,6 +533,19 @@ func TestSettingsChangeFromItsVersionOnly(t *testing.T) {
 	require.ErrorIs(t, q.AlterSettings(ctx, SettingsChange{Kind: "passwords", Data: []byte(`[]`)}), ErrInvalidConfig)
 	require.ErrorIs(t, q.AlterSettings(ctx, SettingsChange{Kind: SettingsACLs, BaseVersion: 2, Data: []byte(`not json`)}), ErrInvalidConfig)
 	require.Equal(t, Settings{Version: 2, Data: []byte(`["b"]`)}, q.Image().Settings(SettingsACLs))
+	require.ErrorIs(t, q.AlterSettings(ctx, SettingsChange{Kind: SettingsACLs, BaseVersion: 2, Data: []byte(`["unreadable"]`)}), ErrInvalidConfig)
+
+	// A change sent again after its answer was lost (same id) is done,
+	// not stale - even once another change came after it; another
+	// change from the old version is stale.
+	require.NoError(t, q.AlterSettings(ctx, SettingsChange{Kind: SettingsACLs, BaseVersion: 2, Data: []byte(`["c"]`), ID: "change-c"}))
+	require.NoError(t, q.AlterSettings(ctx, SettingsChange{Kind: SettingsACLs, BaseVersion: 3, Data: []byte(`["d"]`), ID: "change-d"}))
+	require.NoError(t, q.AlterSettings(ctx, SettingsChange{Kind: SettingsACLs, BaseVersion: 2, Data: []byte(`["c"]`), ID: "change-c"}))
+	require.ErrorIs(t, q.AlterSettings(ctx, SettingsChange{Kind: SettingsACLs, BaseVersion: 2, Data: []byte(`["e"]`), ID: "change-e"}), ErrConfigChanged)
+	st := q.Image().Settings(SettingsACLs)
+	require.Equal(t, int64(4), st.Version)
+	require.Equal(t, `["d"]`, string(st.Data))
+	require.Equal(t, []string{"change-c", "change-d"}, st.Recent)
 }
 
 func TestImageSkipsStaleChanges(t *testing.T) {

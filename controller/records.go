@@ -80,10 +80,11 @@ type RegisterBrokerRecord struct {
 	// controller RPCs), for a node that is not a voter.
 	Controller string `json:"controller,omitempty"`
 	Rack       string `json:"rack,omitempty"`
-	// Listeners are the broker's Kafka listeners when it has several
-	// (Kafka's advertised.listeners); Kafka is the one the nodes use
-	// among themselves. Clients are told each broker's endpoint on the
-	// listener they came in on.
+	// Listeners are the broker's named Kafka listeners (Kafka's
+	// advertised.listeners), Kafka's first - the one the nodes use among
+	// themselves; none: one unnamed listener, Kafka, told to every
+	// client. Clients are told each broker's endpoint on the listener
+	// they came in on.
 	Listeners []NamedEndpoint `json:"listeners,omitempty"`
 }
 
@@ -179,6 +180,9 @@ type SettingsRecord struct {
 	Kind    SettingsKind    `json:"kind"`
 	Version int64           `json:"version"`
 	Data    json.RawMessage `json:"data"`
+	// ID names the change (SettingsChange.ID), so that its sender can
+	// recognise it after an answer it did not get.
+	ID string `json:"id,omitempty"`
 }
 
 // SettingsKind names a settings document.

@@ -168,6 +168,11 @@ func (s *streamLayer) Close() error {
 func (s *streamLayer) Addr() net.Addr { return s.addr }
 
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	select {
+	case <-s.closed:
+		return nil, net.ErrClosed // shutting down: no new connections
+	default:
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c, ans, err := s.q.dialHello(ctx, string(address))

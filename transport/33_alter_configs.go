@@ -55,15 +55,16 @@ func alterConfigs(c *conn, req *request, body *kmsg.AlterConfigsRequest) (kmsg.R
 // settingsResource is the resource type, private to spool, of an
 // AlterConfigs request one node sends another's controller listener to
 // replace a settings document of the cluster (spool.Remote's
-// AlterSettings): the resource name is the document's kind, and two
-// entries carry the version the change was computed from and the new
-// document. Kafka's types stop at 8; a client's request of this type on
-// a client listener is refused as any unknown type is.
+// AlterSettings): the resource name is the document's kind, and entries
+// carry the version the change was computed from, the new document and
+// the change's id. Kafka's types stop at 8; a client's request of this
+// type on a client listener is refused as any unknown type is.
 const settingsResource kmsg.ConfigResourceType = 127
 
 const (
 	settingsBaseVersion = "spool.settings.base.version"
 	settingsData        = "spool.settings.data"
+	settingsID          = "spool.settings.id"
 )
 
 // alterSettings serves settingsResource: another node asks this one's
@@ -85,6 +86,8 @@ func (c *conn) alterSettings(r kmsg.AlterConfigsRequestResource) error {
 			ch.BaseVersion, haveBase = v, true
 		case e.Name == settingsData:
 			ch.Data, haveData = json.RawMessage(*e.Value), true
+		case e.Name == settingsID:
+			ch.ID = *e.Value
 		}
 	}
 	if !haveBase || !haveData {

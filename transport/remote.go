@@ -191,24 +191,18 @@ func (r *remote) RegisterBroker(ctx context.Context, addr string, reg controller
 	kr.BrokerID, kr.ClusterID, kr.IncarnationID = reg.BrokerID, reg.ClusterID, incarnationBytes(reg.IncarnationID)
 	kr.PreviousBrokerEpoch = -1
 	// The listener the nodes use among themselves comes first; a node
-	// with one listener sends it as PLAINTEXT, whatever its protocol.
+	// with one unnamed listener (NodeConfig.Listen) sends it without a
+	// name: clients of any listener are told it.
 	l := kmsg.NewBrokerRegistrationRequestListener()
-	l.Name, l.Host, l.Port = "PLAINTEXT", reg.Kafka.Host, uint16(reg.Kafka.Port)
+	l.Name, l.Host, l.Port = "", reg.Kafka.Host, uint16(reg.Kafka.Port)
 	kr.Listeners = append(kr.Listeners, l)
 	if len(reg.Listeners) > 0 {
+		// In their order: the first is the nodes' own (Kafka).
 		kr.Listeners = kr.Listeners[:0]
 		for _, e := range reg.Listeners {
-			if e.Host == reg.Kafka.Host && e.Port == reg.Kafka.Port {
-				l.Name = e.Name
-				kr.Listeners = append(kr.Listeners, l)
-			}
-		}
-		for _, e := range reg.Listeners {
-			if e.Host != reg.Kafka.Host || e.Port != reg.Kafka.Port {
-				l := kmsg.NewBrokerRegistrationRequestListener()
-				l.Name, l.Host, l.Port = e.Name, e.Host, uint16(e.Port)
-				kr.Listeners = append(kr.Listeners, l)
-			}
+			l := kmsg.NewBrokerRegistrationRequestListener()
+			l.Name, l.Host, l.Port = e.Name, e.Host, uint16(e.Port)
+			kr.Listeners = append(kr.Listeners, l)
 		}
 	}
 	if reg.Controller != "" {
@@ -425,8 +419,8 @@ func (r *remote) AlterSettings(ctx context.Context, addr string, ch controller.S
 	kr.Version = alterConfigsVersion
 	res := kmsg.NewAlterConfigsRequestResource()
 	res.ResourceType, res.ResourceName = settingsResource, string(ch.Kind)
-	base, data := strconv.FormatInt(ch.BaseVersion, 10), string(ch.Data)
-	for k, v := range map[string]*string{settingsBaseVersion: &base, settingsData: &data} {
+	base, data, id := strconv.FormatInt(ch.BaseVersion, 10), string(ch.Data), ch.ID
+	for k, v := range map[string]*string{settingsBaseVersion: &base, settingsData: &data, settingsID: &id} {
 		c := kmsg.NewAlterConfigsRequestResourceConfig()
 		c.Name, c.Value = k, v
 		res.Configs = append(res.Configs, c)

@@ -2,8 +2,10 @@ package transport
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,10 +62,32 @@ const (
 	settingsRetryTime   = 30 * time.Second
 )
 
+// saveAt saves data as version base+1 of the document. The change has
+// an id of its own, so that a retry after an answer lost in a controller
+// failover is recognised as done rather than refused as stale.
 func (s settingsStore) saveAt(data []byte, base int64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), settingsSaveTimeout)
 	defer cancel()
-	return s.b.AlterSettings(ctx, controller.SettingsChange{Kind: s.kind, BaseVersion: base, Data: data})
+	var id [12]byte
+	_, _ = rand.Read(id[:])
+	return s.b.AlterSettings(ctx, controller.SettingsChange{Kind: s.kind, BaseVersion: base, Data: data, ID: hex.EncodeToString(id[:])})
+}
+
+// validateSettings is what the controller checks a settings document
+// with: each node reads it the same way.
+func validateSettings(kind controller.SettingsKind, data []byte) error {
+	var err error
+	switch kind {
+	case controller.SettingsACLs:
+		_, err = acl.Unmarshal(data)
+	case controller.SettingsQuotas:
+		_, err = quota.Unmarshal(data)
+	case controller.SettingsSCRAM:
+		_, err = decodeSCRAM(data)
+	default:
+		err = fmt.Errorf("unknown settings kind %q", kind)
+	}
+	return err
 }
 
 var errUnversionedSave = errors.New("transport: a cluster's settings are saved with a version")
@@ -108,9 +132,9 @@ func (cs *clusterSettings) sync() {
 				err = cs.a.Sync(bs, st.Version)
 			}
 			if err != nil {
-				// The controller checked the document when it was saved:
-				// this node cannot read what another wrote. Keep the
-				// ACLs held (deny stays deny) and say so.
+				// The controller checked the document with the same
+				// decoder before committing it, so only a node of another
+				// version can get here. Keep the ACLs held and say so.
 				cs.log.Error("the cluster's ACLs do not decode; keeping the previous ones", "version", st.Version, "err", err)
 			}
 		}
