@@ -113,8 +113,9 @@ type BrokerInfo struct {
 	Host string
 	Port int32
 	Rack string
-	// Listeners are the broker's Kafka listeners when it has several
-	// (Host and Port are the one the nodes use among themselves).
+	// Listeners are the broker's named Kafka listeners (Host and Port are
+	// the one the nodes use among themselves); none: one unnamed
+	// listener, told to every client.
 	Listeners []controller.NamedEndpoint
 }
 

@@ -370,10 +370,12 @@ func (m *Manager) Alter(entities []Entity, ops [][]Op, validateOnly bool) []erro
 	for e, vs := range m.quotas {
 		before[e] = clone(vs)
 	}
+	valid := 0
 	for i, e := range entities {
 		if errs[i] != nil {
 			continue
 		}
+		valid++
 		vs := m.quotas[e]
 		if vs == nil {
 			vs = map[Key]float64{}
@@ -396,6 +398,9 @@ func (m *Manager) Alter(entities []Entity, ops [][]Op, validateOnly bool) []erro
 		snapshot[e] = clone(vs)
 	}
 	m.mu.Unlock()
+	if valid == 0 {
+		return errs // nothing to save
+	}
 	if err := m.save(snapshot); err != nil {
 		m.mu.Lock()
 		m.quotas = before

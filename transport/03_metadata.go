@@ -12,6 +12,10 @@ import (
 // leader and only replica of every partition. Topic IDs (v10+) are spool's
 // TopicIDs: random, stable across restarts, new for a topic deleted and
 // created again. v13 only adds a top-level error code (KIP-1102), always 0.
+// In a cluster whose brokers have several listeners, a partition led by a
+// broker without the listener the client came in on is answered
+// LISTENER_NOT_FOUND, as Kafka does (that broker is not among Brokers).
+//
 // A partition that could not be opened (spool.PartitionDescription.Offline)
 // has no leader: LEADER_NOT_AVAILABLE, this node in its offline replicas;
 // requests to it answer KAFKA_STORAGE_ERROR.
@@ -124,9 +128,21 @@ func (c *conn) metadataByName(name string, autoCreate bool) kmsg.MetadataRespons
 	return c.topicMetadata(d)
 }
 
+// errListenerNotFound is LISTENER_NOT_FOUND: the partition's leader has
+// no listener of the name the client came in on.
+const errListenerNotFound int16 = 72
+
 func (c *conn) topicMetadata(d spool.TopicDescription) kmsg.MetadataResponseTopic {
 	node := c.s.opts.NodeID
-	_, clustered := c.s.b.Cluster()
+	info, clustered := c.s.b.Cluster()
+	unreachable := map[int32]bool{} // live brokers without the client's listener
+	if clustered && c.ln.Name != controllerListenerName {
+		for _, br := range info.Brokers {
+			if _, _, ok := br.Endpoint(c.ln.Name); !ok {
+				unreachable[br.ID] = true
+			}
+		}
+	}
 	t := kmsg.NewMetadataResponseTopic()
 	name := d.Name
 	t.Topic, t.TopicID, t.IsInternal = &name, d.ID, d.Internal
@@ -137,8 +153,11 @@ func (c *conn) topicMetadata(d spool.TopicDescription) kmsg.MetadataResponseTopi
 		switch {
 		case clustered:
 			mp.Leader, mp.Replicas, mp.ISR, mp.OfflineReplicas = p.Leader, p.Replicas, p.ISR, p.OfflineReplicas
-			if p.Leader < 0 {
+			switch {
+			case p.Leader < 0:
 				mp.ErrorCode = errLeaderNotAvailable
+			case unreachable[p.Leader]:
+				mp.ErrorCode = errListenerNotFound
 			}
 		case p.Offline != nil:
 			// The only replica is on a failed log: no leader, as Kafka

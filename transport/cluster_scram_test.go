@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -104,4 +105,64 @@ func TestClusterSCRAMCredentials(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, resp.Results[0].ErrorCode)
 	everyNode("bob", "bob-pw", false)
+
+	// The admin comes from every node's flags: deleting it over the
+	// protocol would hold on one node only, so it is refused.
+	del.Deletions = []kmsg.AlterUserSCRAMCredentialsRequestDeletion{{Name: "admin", Mechanism: 2}}
+	resp, err = del.RequestWith(ctx, admin(2))
+	require.NoError(t, err)
+	require.Equal(t, kerr.ResourceNotFound.Code, resp.Results[0].ErrorCode)
+	require.Contains(t, *resp.Results[0].ErrorMessage, "configured on the nodes")
+	for id := range c.running() {
+		require.NoError(t, admin(id).Ping(ctx), "node %d still takes the admin", id)
+	}
+}
+
+// A broker without the client's listener is left out of the client's
+// Metadata, and the partitions it leads are answered LISTENER_NOT_FOUND;
+// clients of a listener every broker has see them all.
+func TestClusterListenerNotFound(t *testing.T) {
+	c := newTestCluster(t, 3)
+	c.tune = func(cfg *NodeConfig) {
+		cfg.Listen = ""
+		cfg.Listeners = []NodeListener{{Addr: "127.0.0.1:0", Listener: Listener{Name: "INTERNAL"}}}
+		if cfg.NodeID != 3 {
+			cfg.Listeners = append(cfg.Listeners, NodeListener{Addr: "127.0.0.1:0", Listener: Listener{Name: "EXTERNAL"}})
+		}
+	}
+	c.startAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	internal, err := kgo.NewClient(kgo.SeedBrokers(c.running()[1].ListenerAddrs()[0].String()))
+	require.NoError(t, err)
+	defer internal.Close()
+	c.createTopic(ctx, internal, "spread", 6, 1, nil)
+	external, err := kgo.NewClient(kgo.SeedBrokers(c.running()[1].ListenerAddrs()[1].String()))
+	require.NoError(t, err)
+	defer external.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr("spread")
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, external)
+	require.NoError(t, err)
+	var ids []int32
+	for _, b := range resp.Brokers {
+		ids = append(ids, b.NodeID)
+	}
+	require.ElementsMatch(t, []int32{1, 2}, ids, "node 3 has no EXTERNAL listener")
+	led := 0
+	for _, p := range resp.Topics[0].Partitions {
+		if p.Leader == 3 {
+			led++
+			require.Equal(t, kerr.ListenerNotFound.Code, p.ErrorCode, "partition %d", p.Partition)
+		} else {
+			require.Zero(t, p.ErrorCode, "partition %d", p.Partition)
+		}
+	}
+	require.Positive(t, led, "node 3 leads some partition")
+	md := c.metadata(ctx, internal, "spread")
+	for _, p := range md.Partitions {
+		require.Zero(t, p.ErrorCode)
+	}
 }

@@ -244,6 +244,14 @@ func TestClusterNodeAuthorizerRefusals(t *testing.T) {
 	require.ErrorIs(t, err, spool.ErrInvalidConfig)
 	require.ErrorContains(t, err, "User:CN=node, which is not a super user")
 
+	noClientCerts := newTLSSetup(t, false)
+	cfg.Server.TLS = noClientCerts.files.Config()
+	cfg.Server.Authorizer = newAuthorizer("User:CN=node")
+	_, err = StartNode(cfg)
+	require.ErrorIs(t, err, spool.ErrInvalidConfig)
+	require.ErrorContains(t, err, "verify client certificates")
+	cfg.Server.TLS = ts.files.Config()
+
 	a := newAuthorizer("User:CN=node")
 	require.Empty(t, a.Create([]acl.Binding{{ResourceType: acl.ResourceTopic, Name: "t", Pattern: acl.PatternLiteral,
 		Principal: "User:x", Host: "*", Operation: acl.OpRead, Permission: acl.Allow}})[0])

@@ -114,7 +114,8 @@ func brokerRegistration(c *conn, req *request, body *kmsg.BrokerRegistrationRequ
 		reg.Rack = *body.Rack
 	}
 	// The first Kafka listener is the one the nodes use among themselves
-	// (remote.RegisterBroker); a node with several registers them all.
+	// (remote.RegisterBroker); a node with named listeners registers them
+	// all, one with a single unnamed listener registers that alone.
 	for _, l := range body.Listeners {
 		switch l.Name {
 		case controllerListenerName:
@@ -123,11 +124,10 @@ func brokerRegistration(c *conn, req *request, body *kmsg.BrokerRegistrationRequ
 			if reg.Kafka.Host == "" {
 				reg.Kafka = controller.Endpoint{Host: l.Host, Port: int32(l.Port)}
 			}
-			reg.Listeners = append(reg.Listeners, controller.NamedEndpoint{Name: l.Name, Host: l.Host, Port: int32(l.Port)})
+			if l.Name != "" { // unnamed: the node's one listener, for every client
+				reg.Listeners = append(reg.Listeners, controller.NamedEndpoint{Name: l.Name, Host: l.Host, Port: int32(l.Port)})
+			}
 		}
-	}
-	if len(reg.Listeners) < 2 {
-		reg.Listeners = nil
 	}
 	epoch, err := q.RegisterBroker(c.ctx, reg)
 	if err != nil {

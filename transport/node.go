@@ -229,9 +229,11 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	r := newRemote(cfg.Dial)
 	no := cfg.Cluster
 	no.Voters, no.ControllerAddr, no.AdvertisedHost, no.AdvertisedPort = voters, ctrlAddr, host, port
-	if len(endpoints) > 1 {
+	if len(cfg.Listeners) > 0 {
+		// Named: clients of another listener name are not told of it.
 		no.Listeners = endpoints
 	}
+	no.ValidateSettings = validateSettings
 	no.ControllerListenAddr = ctrlL.Addr().String()
 	no.ClusterID, no.Remote = cfg.ClusterID, r
 	if cfg.Dial != nil {
@@ -326,6 +328,17 @@ func checkNodeSettings(cfg NodeConfig) error {
 	}
 	if cfg.PeerTLS == nil {
 		return fmt.Errorf("%w: an authorizer on a cluster node needs mutual TLS between the nodes (Server.TLS asking for client certificates, and PeerTLS with the node's certificate), whose principals are super users", spool.ErrInvalidConfig)
+	}
+	srvTLS := cfg.Server.TLS
+	if srvTLS.GetConfigForClient != nil {
+		if c, err := srvTLS.GetConfigForClient(&tls.ClientHelloInfo{}); err == nil && c != nil {
+			srvTLS = c
+		}
+	}
+	if srvTLS.ClientAuth < tls.VerifyClientCertIfGiven {
+		// The other nodes would connect as ANONYMOUS, which the
+		// controller listener refuses: the node would never get ready.
+		return fmt.Errorf("%w: an authorizer on a cluster node needs the nodes' certificates verified: Server.TLS must verify client certificates (spool serve --tls-client-ca)", spool.ErrInvalidConfig)
 	}
 	rules, err := parsePrincipalRules(cfg.Server.SSLPrincipalMappingRules)
 	if err != nil {

@@ -178,20 +178,25 @@ func alterUserSCRAMCredentials(c *conn, req *request, body *kmsg.AlterUserSCRAMC
 // to the credentials held, marking each user's failures in results, and
 // saves them: the save's error.
 func (s *Server) alterSCRAM(body *kmsg.AlterUserSCRAMCredentialsRequest, results map[string]*kmsg.AlterUserSCRAMCredentialsResponseResult, fail func(string, int16, string)) error {
-	s.scramMu.Lock()
-	defer s.scramMu.Unlock()
-	next := map[string]map[string]scramCredential{}
-	for mech, us := range s.scram {
-		next[mech] = maps.Clone(us)
+	s.scramAlterMu.Lock()
+	defer s.scramAlterMu.Unlock()
+	// The maps held are replaced whole, never changed: read them under
+	// the lock, use them after.
+	s.scramMu.RLock()
+	cur := s.scram
+	f := s.opts.SCRAMFile
+	var curManaged map[string]map[string]scramCredential
+	var base int64
+	if f != nil {
+		curManaged, base = f.creds, f.version
 	}
-	// managed is what the file keeps: the credentials set over the
-	// protocol, not those of --sasl-scram flags.
+	s.scramMu.RUnlock()
+	next := cloneCreds(cur)
+	// managed is what the file (or the metadata log) keeps: the
+	// credentials set over the protocol, not those of --sasl-scram flags.
 	var managed map[string]map[string]scramCredential
-	if f := s.opts.SCRAMFile; f != nil {
-		managed = map[string]map[string]scramCredential{}
-		for mech, us := range f.creds {
-			managed[mech] = maps.Clone(us)
-		}
+	if f != nil {
+		managed = cloneCreds(curManaged)
 	}
 	for _, d := range body.Deletions {
 		mech, ok := scramMechanisms[d.Mechanism]
@@ -202,6 +207,12 @@ func (s *Server) alterSCRAM(body *kmsg.AlterUserSCRAMCredentialsRequest, results
 		default:
 			if _, had := next[mech][d.Name]; !had {
 				fail(d.Name, errResourceNotFound, "no "+mech+" credential for user "+d.Name)
+				break
+			}
+			if _, set := managed[mech][d.Name]; f != nil && f.cluster != nil && !set {
+				// Every node has it from its own flags: deleting it here
+				// would hold on this node only, until its next sync.
+				fail(d.Name, errResourceNotFound, "the "+mech+" credential of user "+d.Name+" is configured on the nodes (--sasl-scram-*), not set over the protocol: remove it there")
 				break
 			}
 			delete(next[mech], d.Name)
@@ -243,30 +254,48 @@ func (s *Server) alterSCRAM(body *kmsg.AlterUserSCRAMCredentialsRequest, results
 			continue
 		}
 		for mech := range next {
-			if cur, ok := s.scram[mech][name]; ok {
-				next[mech][name] = cur
+			if c, ok := cur[mech][name]; ok {
+				next[mech][name] = c
 			} else {
 				delete(next[mech], name)
 			}
 		}
 		for mech := range managed {
-			if cur, ok := s.opts.SCRAMFile.creds[mech][name]; ok {
-				managed[mech][name] = cur
+			if c, ok := curManaged[mech][name]; ok {
+				managed[mech][name] = c
 			} else {
 				delete(managed[mech], name)
 			}
 		}
 	}
-	var saveErr error
-	if f := s.opts.SCRAMFile; f != nil {
-		if saveErr = f.save(managed); saveErr == nil {
-			f.creds = managed
+	if f != nil {
+		if err := f.saveAt(managed, base); err != nil {
+			return err
 		}
 	}
-	if saveErr == nil {
-		s.scram = next
+	s.scramMu.Lock()
+	defer s.scramMu.Unlock()
+	if f != nil && f.version > base {
+		// A sync installed a newer version meanwhile: ours, already
+		// applied, or one made after it.
+		return nil
 	}
-	return saveErr
+	s.scram = next
+	if f != nil {
+		f.creds = managed
+		if f.cluster != nil {
+			f.version = base + 1
+		}
+	}
+	return nil
+}
+
+func cloneCreds(c map[string]map[string]scramCredential) map[string]map[string]scramCredential {
+	out := make(map[string]map[string]scramCredential, len(c))
+	for mech, us := range c {
+		out[mech] = maps.Clone(us)
+	}
+	return out
 }
 
 // SCRAMFile keeps the SCRAM credentials AlterUserScramCredentials sets, in
@@ -367,21 +396,17 @@ func encodeSCRAM(creds map[string]map[string]scramCredential) ([]byte, error) {
 	return json.Marshal(raw)
 }
 
-// save stores creds, the managed credentials after a change: in the file,
-// or through the cluster's controller from the version held (refused with
-// controller.ErrConfigChanged if another node changed them meanwhile).
-// Called with Server.scramMu.
-func (f *SCRAMFile) save(creds map[string]map[string]scramCredential) error {
+// saveAt stores creds, the managed credentials after a change: in the
+// file, or through the cluster's controller as version base+1 (refused
+// with controller.ErrConfigChanged if another node changed them
+// meanwhile). Called with Server.scramAlterMu.
+func (f *SCRAMFile) saveAt(creds map[string]map[string]scramCredential, base int64) error {
 	js, err := encodeSCRAM(creds)
 	if err != nil {
 		return err
 	}
 	if f.cluster != nil {
-		if err := f.cluster.saveAt(js, f.version); err != nil {
-			return err
-		}
-		f.version++
-		return nil
+		return f.cluster.saveAt(js, base)
 	}
 	return vfs.WriteFileAtomic(vfs.Default, f.path, crcfile.Encode(scramHeader, js))
 }
@@ -390,18 +415,12 @@ func (f *SCRAMFile) save(creds map[string]map[string]scramCredential) error {
 // metadata log as version: the configured users' (Options.SASL) with
 // these over them, as at start.
 func (s *Server) syncSCRAM(creds map[string]map[string]scramCredential, version int64) error {
-	base, err := scramCredentials(s.opts.SASL)
-	if err != nil {
-		return err
-	}
+	base := cloneCreds(s.scramConfigured)
 	s.scramMu.Lock()
 	defer s.scramMu.Unlock()
 	f := s.opts.SCRAMFile
 	if f == nil || version <= f.version {
 		return nil
-	}
-	if base == nil {
-		base = map[string]map[string]scramCredential{}
 	}
 	for mech, users := range creds {
 		if base[mech] == nil {

@@ -105,7 +105,7 @@ func TestSCRAMFileDamaged(t *testing.T) {
 	require.NoError(t, err)
 	key := make([]byte, 32)
 	good := map[string]map[string]scramCredential{"SCRAM-SHA-256": {"bob": {salt: []byte("s"), iterations: 4096, storedKey: key, serverKey: key}}}
-	require.NoError(t, f.save(good))
+	require.NoError(t, f.saveAt(good, 0))
 	f, err = OpenSCRAMFile(path)
 	require.NoError(t, err)
 	require.Len(t, f.creds["SCRAM-SHA-256"], 1)

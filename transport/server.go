@@ -191,6 +191,13 @@ type Server struct {
 	logger  *slog.Logger
 	scramMu sync.RWMutex
 	scram   map[string]map[string]scramCredential // mechanism -> user -> credential; replaced whole, never changed, under scramMu
+	// scramConfigured are Options.SASL's SCRAM users, derived once.
+	scramConfigured map[string]map[string]scramCredential
+	// scramAlterMu serializes AlterUserScramCredentials: each is made
+	// from the credentials the one before left, and saved without
+	// holding scramMu (a cluster's save is a round trip to the
+	// controller, and logins read scramMu).
+	scramAlterMu sync.Mutex
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -275,9 +282,10 @@ func NewServer(b *spool.Broker, opts Options) (*Server, error) {
 	if _, err = b.ClusterID(); err != nil { // a standalone broker's meta.properties, written now if new
 		return nil, err
 	}
-	if s.scram, err = scramCredentials(opts.SASL); err != nil {
+	if s.scramConfigured, err = scramCredentials(opts.SASL); err != nil {
 		return nil, err
 	}
+	s.scram = cloneCreds(s.scramConfigured)
 	if f := opts.SCRAMFile; f != nil && opts.SASL != nil {
 		// Set over the protocol, they replace configured passwords.
 		for mech, users := range f.creds {

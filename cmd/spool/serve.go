@@ -241,7 +241,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		// the same on every node: each node starts with none and takes
 		// the cluster's.
 		if *authorizer {
-			if tlsFiles == nil {
+			if tlsFiles == nil || *tlsCA == "" {
 				return usageError(fs, "--authorizer on a cluster node needs mutual TLS between the nodes: --tls-cert, --tls-key and --tls-client-ca, with each node's certificate principal in --super-users")
 			}
 			a, err := acl.New(acl.Config{SuperUsers: acl.ParseSuperUsers(*superUsers)})
