@@ -59,8 +59,12 @@ func TestInProcessQuotas(t *testing.T) {
 	require.NoError(t, p.Close())
 	t.Logf("in-process producer held to %.0f B/s (quota %d)", got, rate)
 	// The quota counts whole batches (record framing and headers too)
-	// and the senders' own time adds to the waits: 0.88x-0.90x measured.
-	require.InDelta(t, rate, got, 0.15*rate)
+	// and the senders' own time adds to the waits: 0.88x-0.90x measured
+	// on a quiet machine, 0.85x under a loaded CI run. What a quota
+	// promises is the ceiling; below it, the producer is only as fast as
+	// its share of two busy cores lets it be: the floor is loose.
+	require.LessOrEqual(t, got, 1.10*rate, "the quota holds the producer down")
+	require.GreaterOrEqual(t, got, 0.70*rate, "the quota does not starve the producer")
 
 	c, err := b.NewConsumer(ConsumerConfig{Quota: m, ClientID: "svc", AutoOffsetReset: ResetEarliest, FetchMaxWait: 10 * time.Millisecond,
 		MaxPartitionFetchBytes: 16 << 10})
@@ -84,6 +88,8 @@ func TestInProcessQuotas(t *testing.T) {
 	gotC := float64(read-r0) / time.Since(start).Seconds()
 	t.Logf("in-process consumer held to %.0f B/s (quota %d)", gotC, rate)
 	// The consumer's own time between polls adds to the waits: 0.97x-1.00x
-	// on a quiet machine, 0.90x under a loaded CI run.
-	require.InDelta(t, rate, gotC, 0.15*rate)
+	// on a quiet machine, 0.90x under a loaded CI run. Ceiling tight,
+	// floor loose, as above.
+	require.LessOrEqual(t, gotC, 1.10*rate, "the quota holds the consumer down")
+	require.GreaterOrEqual(t, gotC, 0.70*rate, "the quota does not starve the consumer")
 }

@@ -136,6 +136,12 @@ func TestClusterListenerNotFound(t *testing.T) {
 	internal, err := kgo.NewClient(kgo.SeedBrokers(c.running()[1].ListenerAddrs()[0].String()))
 	require.NoError(t, err)
 	defer internal.Close()
+	// Every broker unfenced (listed), so that the partitions spread over
+	// all three.
+	require.Eventually(t, func() bool {
+		resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, internal)
+		return err == nil && len(resp.Brokers) == 3
+	}, 30*time.Second, 20*time.Millisecond)
 	c.createTopic(ctx, internal, "spread", 6, 1, nil)
 	external, err := kgo.NewClient(kgo.SeedBrokers(c.running()[1].ListenerAddrs()[1].String()))
 	require.NoError(t, err)
@@ -144,8 +150,14 @@ func TestClusterListenerNotFound(t *testing.T) {
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr("spread")
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, external)
-	require.NoError(t, err)
+	// Either EXTERNAL broker may answer; each knows the topic once it has
+	// applied its creation.
+	var resp *kmsg.MetadataResponse
+	require.Eventually(t, func() bool {
+		var err error
+		resp, err = req.RequestWith(ctx, external)
+		return err == nil && len(resp.Topics) == 1 && len(resp.Topics[0].Partitions) == 6
+	}, 20*time.Second, 20*time.Millisecond)
 	var ids []int32
 	for _, b := range resp.Brokers {
 		ids = append(ids, b.NodeID)
@@ -160,7 +172,7 @@ func TestClusterListenerNotFound(t *testing.T) {
 			require.Zero(t, p.ErrorCode, "partition %d", p.Partition)
 		}
 	}
-	require.Positive(t, led, "node 3 leads some partition")
+	require.Positive(t, led, "node 3 leads some partition: %+v", resp.Topics[0].Partitions)
 	md := c.metadata(ctx, internal, "spread")
 	for _, p := range md.Partitions {
 		require.Zero(t, p.ErrorCode)
