@@ -59,7 +59,14 @@ func TestServeClusterACLsAndQuotas(t *testing.T) {
 		return runTool(t, append(cmd, "--bootstrap-server", nodes[id].addr, "--tls-ca", caFile,
 			"--tls-cert", adminCert, "--tls-key", adminKey, "--timeout", "30s")...)
 	}
-	code, _, stderr := admin(1, "topics", "create", "--topic", "orders", "--partitions", "3", "--replication-factor", "3")
+	// Until all three brokers have registered, a replication factor of 3
+	// is refused (INVALID_REPLICATION_FACTOR): retry until it is not.
+	var code int
+	var stderr string
+	require.Eventually(t, func() bool {
+		code, _, stderr = admin(1, "topics", "create", "--topic", "orders", "--partitions", "3", "--replication-factor", "3")
+		return code == exitOK || !strings.Contains(stderr, "INVALID_REPLICATION_FACTOR")
+	}, 30*time.Second, 200*time.Millisecond)
 	require.Equal(t, exitOK, code, stderr)
 
 	alice := func(id int) func() error {
