@@ -62,7 +62,7 @@ func (q *Quorum) watchLeadership() {
 // every entry committed before its term (Barrier), with a fresh session
 // for every registered broker and the cluster named.
 func (q *Quorum) activate() {
-	if err := q.raft.Barrier(10 * time.Second).Error(); err != nil {
+	if err := q.wait(q.raft.Barrier(10 * time.Second)); err != nil {
 		q.log.Debug("barrier failed; not activating yet", "err", err)
 		return
 	}
@@ -197,7 +197,7 @@ func (q *Quorum) applyRaw(recs ...Record) (ApplyResult, uint64, error) {
 		return ApplyResult{}, 0, err
 	}
 	f := q.raft.Apply(data, 10*time.Second)
-	if err := f.Error(); err != nil {
+	if err := q.wait(f); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
 			q.active.Store(false)
 			return ApplyResult{}, 0, q.notController()
@@ -286,7 +286,7 @@ func (q *Quorum) RegisterBroker(ctx context.Context, r Registration) (int64, err
 	q.log.Info("broker registered", "broker", r.BrokerID, "broker_epoch", res.BrokerEpoch, "kafka", fmt.Sprintf("%s:%d", r.Kafka.Host, r.Kafka.Port))
 	if r.Controller != "" && !slices.ContainsFunc(q.cfg.Voters, func(v Voter) bool { return v.ID == r.BrokerID }) {
 		id := raft.ServerID(strconv.Itoa(int(r.BrokerID)))
-		if err := q.raft.AddNonvoter(id, raft.ServerAddress(r.Controller), 0, 10*time.Second).Error(); err != nil {
+		if err := q.wait(q.raft.AddNonvoter(id, raft.ServerAddress(r.Controller), 0, 10*time.Second)); err != nil {
 			q.log.Warn("cannot add the broker to the metadata quorum as a non-voter", "broker", r.BrokerID, "err", err)
 		}
 	}

@@ -84,7 +84,7 @@ func (q *Quorum) Describe() (QuorumDescription, error) {
 	}
 	term := q.raft.CurrentTerm()
 	f := q.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
+	if err := q.wait(f); err != nil {
 		return QuorumDescription{}, fmt.Errorf("controller: the quorum's configuration: %w", err)
 	}
 	now := time.Now()

@@ -188,3 +188,28 @@ func TestRaftReplicatesWithoutPipeline(t *testing.T) {
 	require.Nil(t, p)
 	require.ErrorIs(t, err, raft.ErrPipelineReplicationNotSupported)
 }
+
+// never is a Raft future that is never answered, as one queued when Raft
+// shuts down.
+type never struct{}
+
+func (never) Error() error { select {} }
+
+// Waiting for a Raft future ends with Close even if Raft never answers it.
+func TestWaitEndsWithClose(t *testing.T) {
+	q := &Quorum{stop: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- q.wait(never{}) }()
+	select {
+	case <-done:
+		t.Fatal("returned before Close")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(q.stop)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, raft.ErrRaftShutdown)
+	case <-time.After(10 * time.Second):
+		t.Fatal("still waiting after Close")
+	}
+}

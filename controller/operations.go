@@ -315,7 +315,7 @@ func (q *Quorum) UnregisterBroker(ctx context.Context, id int32) error {
 	q.log.Info("broker unregistered", "broker", id, "broker_epoch", b.Epoch)
 	if !slices.ContainsFunc(q.cfg.Voters, func(v Voter) bool { return v.ID == id }) {
 		sid := raft.ServerID(strconv.Itoa(int(id)))
-		if err := q.raft.RemoveServer(sid, 0, 10*time.Second).Error(); err != nil {
+		if err := q.wait(q.raft.RemoveServer(sid, 0, 10*time.Second)); err != nil {
 			q.log.Warn("cannot remove the broker from the metadata quorum's non-voters", "broker", id, "err", err)
 		}
 	}

@@ -400,6 +400,28 @@ func (q *Quorum) Close() error {
 	return errors.Join(err, q.stores.Close())
 }
 
+// wait waits for a Raft future, or for Close. hashicorp/raft (v1.8.0)
+// answers most futures only from its main loop: one queued when Raft shuts
+// down is never answered, and its Error would wait forever - a CI run
+// showed Close waiting on activate's Barrier. The goroutine left waiting
+// on such a future ends with the process; there is one per future that
+// raced the shutdown.
+func (q *Quorum) wait(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-q.stop:
+		select {
+		case err := <-done:
+			return err
+		default:
+			return raft.ErrRaftShutdown
+		}
+	}
+}
+
 // Image is the image of the committed metadata this node has applied.
 func (q *Quorum) Image() *Image { return q.fsm.image() }
 
@@ -507,7 +529,7 @@ func (q *Quorum) TransferLeadership() {
 		return
 	}
 	q.active.Store(false)
-	if err := q.raft.LeadershipTransfer().Error(); err != nil {
+	if err := q.wait(q.raft.LeadershipTransfer()); err != nil {
 		q.log.Debug("leadership transfer", "err", err)
 	}
 }
