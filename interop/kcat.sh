@@ -45,7 +45,11 @@ n=1000
 
 # start_server ARGS...: start spool serve on $work/data; sets $addr.
 start_server() {
-	"$bin" serve --data "$work/data" --listen 127.0.0.1:0 --log-level debug "$@" 2>"$work/serve.log" &
+	# Emptied here, not by the background job's redirection: that happens
+	# after the fork, so the loop below could read the previous server's
+	# address from the old log (it did, once, in CI).
+	: >"$work/serve.log"
+	"$bin" serve --data "$work/data" --listen 127.0.0.1:0 --log-level debug "$@" 2>>"$work/serve.log" &
 	server_pid=$!
 	addr=
 	for _ in $(seq 100); do
