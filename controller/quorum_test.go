@@ -421,7 +421,8 @@ func TestQuorumRefusesMismatchedPeers(t *testing.T) {
 	c.start(1)
 	c.start(2)
 	q := c.active()
-	require.NotEmpty(t, q.ClusterID())
+	// The active controller names the cluster in its first entry.
+	require.Eventually(t, func() bool { return q.ClusterID() != "" }, 10*time.Second, 5*time.Millisecond)
 	c.converged(q.Image().Index())
 
 	// A third node told of other voters cannot start against them.

@@ -238,8 +238,15 @@ func (c *testCluster) createTopic(ctx context.Context, cl *kgo.Client, name stri
 		rt.Configs = append(rt.Configs, kmsg.CreateTopicsRequestTopicConfig{Name: k, Value: ptr(v)})
 	}
 	ct.Topics = append(ct.Topics, rt)
-	cresp, err := ct.RequestWith(ctx, cl)
-	require.NoError(c.t, err)
+	// Until every broker has registered (a loaded machine is slow to),
+	// the replication factor is refused INVALID_REPLICATION_FACTOR: retry.
+	var cresp *kmsg.CreateTopicsResponse
+	require.Eventually(c.t, func() bool {
+		var err error
+		cresp, err = ct.RequestWith(ctx, cl)
+		require.NoError(c.t, err)
+		return cresp.Topics[0].ErrorCode != 38 // INVALID_REPLICATION_FACTOR
+	}, 30*time.Second, 100*time.Millisecond)
 	require.Zero(c.t, cresp.Topics[0].ErrorCode, "%v", cresp.Topics[0].ErrorMessage)
 	require.Eventually(c.t, func() bool {
 		md := c.metadata(ctx, cl, name)
