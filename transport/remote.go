@@ -391,8 +391,6 @@ func (r *remote) CreatePartitions(ctx context.Context, addr string, name string,
 // AlterTopicConfig implements spool.Remote with AlterConfigs, which
 // replaces a topic's settings whole.
 func (r *remote) AlterTopicConfig(ctx context.Context, addr string, name string, cfg spool.TopicConfig) error {
-	kr := kmsg.NewPtrAlterConfigsRequest()
-	kr.Version = alterConfigsVersion
 	res := kmsg.NewAlterConfigsRequestResource()
 	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeTopic, name
 	for k, v := range topicConfigEntries(cfg) {
@@ -400,23 +398,33 @@ func (r *remote) AlterTopicConfig(ctx context.Context, addr string, name string,
 		c.Name, c.Value = k, &v
 		res.Configs = append(res.Configs, c)
 	}
-	kr.Resources = append(kr.Resources, res)
-	resp, err := r.controllerRequest(ctx, addr, kr)
+	rr, err := r.alterConfigs(ctx, addr, res)
 	if err != nil {
 		return err
 	}
+	return codeError(rr.ErrorCode, rr.ErrorMessage)
+}
+
+// alterConfigs sends one resource's AlterConfigs to a controller
+// listener and returns its answer.
+func (r *remote) alterConfigs(ctx context.Context, addr string, res kmsg.AlterConfigsRequestResource) (kmsg.AlterConfigsResponseResource, error) {
+	kr := kmsg.NewPtrAlterConfigsRequest()
+	kr.Version = alterConfigsVersion
+	kr.Resources = append(kr.Resources, res)
+	resp, err := r.controllerRequest(ctx, addr, kr)
+	if err != nil {
+		return kmsg.AlterConfigsResponseResource{}, err
+	}
 	ar := resp.(*kmsg.AlterConfigsResponse)
 	if len(ar.Resources) != 1 {
-		return fmt.Errorf("%w: alter-configs response with %d resources", errUnexpectedResponse, len(ar.Resources))
+		return kmsg.AlterConfigsResponseResource{}, fmt.Errorf("%w: alter-configs response with %d resources", errUnexpectedResponse, len(ar.Resources))
 	}
-	return codeError(ar.Resources[0].ErrorCode, ar.Resources[0].ErrorMessage)
+	return ar.Resources[0], nil
 }
 
 // AlterSettings implements spool.Remote with AlterConfigs of spool's
 // private settingsResource, on the controller listener only.
 func (r *remote) AlterSettings(ctx context.Context, addr string, ch controller.SettingsChange) error {
-	kr := kmsg.NewPtrAlterConfigsRequest()
-	kr.Version = alterConfigsVersion
 	res := kmsg.NewAlterConfigsRequestResource()
 	res.ResourceType, res.ResourceName = settingsResource, string(ch.Kind)
 	base, data, id := strconv.FormatInt(ch.BaseVersion, 10), string(ch.Data), ch.ID
@@ -425,19 +433,14 @@ func (r *remote) AlterSettings(ctx context.Context, addr string, ch controller.S
 		c.Name, c.Value = k, v
 		res.Configs = append(res.Configs, c)
 	}
-	kr.Resources = append(kr.Resources, res)
-	resp, err := r.controllerRequest(ctx, addr, kr)
+	rr, err := r.alterConfigs(ctx, addr, res)
 	if err != nil {
 		return err
 	}
-	ar := resp.(*kmsg.AlterConfigsResponse)
-	if len(ar.Resources) != 1 {
-		return fmt.Errorf("%w: alter-configs response with %d resources", errUnexpectedResponse, len(ar.Resources))
-	}
-	if rr := ar.Resources[0]; rr.ErrorCode == errInvalidUpdateVersion {
+	if rr.ErrorCode == errInvalidUpdateVersion {
 		return fmt.Errorf("%w (from %s)", controller.ErrConfigChanged, addr)
 	}
-	return codeError(ar.Resources[0].ErrorCode, ar.Resources[0].ErrorMessage)
+	return codeError(rr.ErrorCode, rr.ErrorMessage)
 }
 
 // codeError turns a Kafka error code from another node into the error of
