@@ -3,7 +3,9 @@ package group
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"time"
 )
@@ -51,6 +53,17 @@ var (
 	// ErrInvalidHeartbeat (INVALID_REQUEST): a heartbeat the protocol
 	// does not allow, e.g. a join that claims partitions.
 	ErrInvalidHeartbeat = errors.New("group: invalid consumer group heartbeat")
+	// ErrUnreleasedInstanceID (UNRELEASED_INSTANCE_ID): a static member
+	// joined with a group instance id another active member still holds;
+	// it may take it over once that member has left with epoch -2.
+	ErrUnreleasedInstanceID = errors.New("group: unreleased instance id")
+	// ErrInvalidRegularExpression (INVALID_REGULAR_EXPRESSION): the
+	// subscription's regular expression does not compile (RE2 syntax).
+	ErrInvalidRegularExpression = errors.New("group: invalid regular expression")
+	// ErrStaleMemberEpoch (STALE_MEMBER_EPOCH): an offset commit of a
+	// consumer group member carries an epoch other than the member's, for
+	// partitions it no longer owns.
+	ErrStaleMemberEpoch = errors.New("group: stale member epoch")
 )
 
 // Member epochs a heartbeat may carry besides the member's epoch.
@@ -77,6 +90,14 @@ type consumerHeartbeat struct {
 	// Owns reports whether Owned was sent (an empty map is "I own
 	// nothing").
 	Owns bool
+	// InstanceID is a static member's group.instance.id; "" for a
+	// dynamic member.
+	InstanceID string
+	// Regex, if not nil, is the subscription's regular expression (RE2,
+	// matching whole topic names); "" clears it.
+	Regex *string
+	// RackID, ClientID and ClientHost are only described.
+	RackID, ClientID, ClientHost string
 }
 
 // consumerHeartbeatResponse is the coordinator's answer.
@@ -116,6 +137,28 @@ type consumerMember struct {
 	assigned, revoking map[tp]bool
 	// sent is false when assigned changed since the last response.
 	sent bool
+
+	instanceID string
+	// staticLeft: a static member that left with epoch -2, kept (with its
+	// partitions) until its session times out or its instance id joins
+	// again.
+	staticLeft bool
+	// names and regex are the subscription as sent; subscribed is their
+	// resolution against the topics that exist.
+	names    []string
+	regex    *regexp.Regexp
+	rackID   string
+	clientID string
+	host     string
+}
+
+// regexSource is the subscription's regular expression as sent.
+func (m *consumerMember) regexSource() string {
+	if m.regex == nil {
+		return ""
+	}
+	s := m.regex.String()
+	return s[len("^(?:") : len(s)-len(")$")]
 }
 
 // consumerGroup is one KIP-848 group.
@@ -131,6 +174,14 @@ type consumerGroup struct {
 	// counts is the partition count of each subscribed topic at the last
 	// target: a change (a topic created, deleted or grown) bumps the epoch.
 	counts map[string]int32
+	// topicNames lists the topics that exist, for regex subscriptions;
+	// nil: none.
+	topicNames func() []string
+	// maxSize caps the members (0: no cap).
+	maxSize int
+	// hadMembers: the Coordinator has seen the group with members since
+	// it was last empty.
+	hadMembers bool
 
 	sessionTimeout, heartbeatInterval, defaultRebalanceTimeout time.Duration
 }
@@ -155,6 +206,12 @@ func (g *consumerGroup) heartbeat(req consumerHeartbeat, now time.Time) (consume
 	m := g.members[req.MemberID]
 	changed := false // one epoch bump per heartbeat, whatever changed
 	switch {
+	case req.MemberEpoch == epochStaticLeave && m != nil && m.instanceID != "":
+		// A static member leaving for a while: it keeps its partitions
+		// until its session times out, or its instance id comes back.
+		m.staticLeft = true
+		m.sessionDeadline = now.Add(g.sessionTimeout)
+		return consumerHeartbeatResponse{MemberEpoch: req.MemberEpoch}, nil
 	case req.MemberEpoch == epochLeave || req.MemberEpoch == epochStaticLeave:
 		if m == nil {
 			return consumerHeartbeatResponse{}, ErrUnknownMemberID
@@ -162,8 +219,26 @@ func (g *consumerGroup) heartbeat(req consumerHeartbeat, now time.Time) (consume
 		g.remove(m)
 		return consumerHeartbeatResponse{MemberEpoch: req.MemberEpoch}, nil
 	case req.MemberEpoch == epochJoin:
-		if !req.Owns || len(req.Owned) > 0 || req.Subscribed == nil {
+		if !req.Owns || len(req.Owned) > 0 || req.Subscribed == nil && req.Regex == nil {
 			return consumerHeartbeatResponse{}, ErrInvalidHeartbeat
+		}
+		re, err := compileSubscription(req.Regex)
+		if err != nil {
+			return consumerHeartbeatResponse{}, err
+		}
+		var prior *consumerMember // the static member this one replaces
+		if req.InstanceID != "" {
+			for _, o := range g.members {
+				if o.instanceID == req.InstanceID && o.id != req.MemberID {
+					if !o.staticLeft {
+						return consumerHeartbeatResponse{}, ErrUnreleasedInstanceID
+					}
+					prior = o
+				}
+			}
+		}
+		if m == nil && prior == nil && g.maxSize > 0 && len(g.members) >= g.maxSize {
+			return consumerHeartbeatResponse{}, ErrGroupMaxSizeReached
 		}
 		if m != nil {
 			// A fenced member rejoins with its id: it starts over.
@@ -171,8 +246,23 @@ func (g *consumerGroup) heartbeat(req consumerHeartbeat, now time.Time) (consume
 		}
 		m = &consumerMember{id: req.MemberID, assigned: map[tp]bool{}, revoking: map[tp]bool{},
 			rebalanceTimeout: cmp.Or(req.RebalanceTimeout, g.defaultRebalanceTimeout)}
+		if prior != nil {
+			// The static member is back under a new member id: it takes
+			// over the partitions, epoch and target its instance had,
+			// and the group does not rebalance.
+			*m = *prior
+			m.id, m.staticLeft, m.sent = req.MemberID, false, false
+			delete(g.members, prior.id)
+			g.target[m.id] = g.target[prior.id]
+			delete(g.target, prior.id)
+		} else {
+			changed = true
+		}
+		if req.Regex != nil {
+			m.regex = re
+		}
+		m.instanceID = req.InstanceID
 		g.members[m.id] = m
-		changed = true
 	case m == nil:
 		return consumerHeartbeatResponse{}, ErrUnknownMemberID
 	case req.MemberEpoch > m.epoch:
@@ -185,18 +275,26 @@ func (g *consumerGroup) heartbeat(req consumerHeartbeat, now time.Time) (consume
 		}
 		m.sent = false
 	}
+	if req.MemberEpoch != epochJoin && req.Regex != nil {
+		re, err := compileSubscription(req.Regex)
+		if err != nil {
+			return consumerHeartbeatResponse{}, err
+		}
+		if re.String() != m.regexString() {
+			m.regex = re
+		}
+	}
 	m.sessionDeadline = now.Add(g.sessionTimeout)
 	if req.RebalanceTimeout > 0 {
 		m.rebalanceTimeout = req.RebalanceTimeout
 	}
+	m.rackID, m.clientID, m.host = cmp.Or(req.RackID, m.rackID), cmp.Or(req.ClientID, m.clientID), cmp.Or(req.ClientHost, m.host)
 	if req.Subscribed != nil {
-		subs := slices.Clone(req.Subscribed)
-		slices.Sort(subs)
-		subs = slices.Compact(subs)
-		if !slices.Equal(subs, m.subscribed) {
-			m.subscribed = subs
-			changed = true
-		}
+		m.names = slices.Clone(req.Subscribed)
+	}
+	if subs := g.resolve(m); !slices.Equal(subs, m.subscribed) {
+		m.subscribed = subs
+		changed = true
 	}
 	if req.Assignor != "" && req.Assignor != m.assignor {
 		m.assignor = req.Assignor
@@ -240,6 +338,43 @@ func (g *consumerGroup) heartbeat(req consumerHeartbeat, now time.Time) (consume
 		m.sent = true
 	}
 	return resp, nil
+}
+
+// compileSubscription compiles a subscription's regular expression to
+// match whole topic names, as Kafka's RE2/J matches() does; nil and ""
+// are no regular expression.
+func compileSubscription(re *string) (*regexp.Regexp, error) {
+	if re == nil || *re == "" {
+		return nil, nil
+	}
+	c, err := regexp.Compile("^(?:" + *re + ")$")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidRegularExpression, err)
+	}
+	return c, nil
+}
+
+func (m *consumerMember) regexString() string {
+	if m.regex == nil {
+		return ""
+	}
+	return m.regex.String()
+}
+
+// resolve is the member's subscription: the names it sent and the
+// existing topics its regular expression matches, sorted, without
+// duplicates.
+func (g *consumerGroup) resolve(m *consumerMember) []string {
+	subs := slices.Clone(m.names)
+	if m.regex != nil && g.topicNames != nil {
+		for _, t := range g.topicNames() {
+			if m.regex.MatchString(t) {
+				subs = append(subs, t)
+			}
+		}
+	}
+	slices.Sort(subs)
+	return slices.Compact(subs)
 }
 
 // reconcile moves m toward its target: revoke first, then assign what no

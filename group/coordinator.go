@@ -32,8 +32,11 @@ type Coordinator struct {
 
 // entry is a group and the callers waiting on it.
 type entry struct {
-	mu      sync.Mutex
-	g       *classicGroup
+	mu sync.Mutex
+	g  *classicGroup
+	// cg is the group's KIP-848 side, once a ConsumerGroupHeartbeat came
+	// (consumer_coord.go); nil for a classic group.
+	cg      *consumerGroup
 	waiters map[uint64]chan reply
 	// dead marks an entry removed from the Coordinator's map (deleted,
 	// expired, or never used): whoever finds it looks the group up again.
@@ -153,7 +156,7 @@ func (c *Coordinator) forget(e *entry) {
 // unlock releases a locked entry, first discarding its group if a failed
 // request created it for nothing.
 func (c *Coordinator) unlock(e *entry) {
-	drop := !e.dead && e.g.pristine()
+	drop := !e.dead && e.g.pristine() && !e.consumerActive()
 	if drop {
 		e.dead = true
 	}
@@ -247,6 +250,13 @@ func (c *Coordinator) Join(ctx context.Context, req JoinRequest) (JoinResponse, 
 		c.unlock(e)
 		return JoinResponse{MemberID: req.MemberID}, wrap(req.Group, "join", ErrCoordinatorClosed)
 	}
+	if e.consumerActive() {
+		// A consumer group with members: Kafka would take the classic
+		// member into it (KIP-848's mixed groups); spool does not.
+		c.unlock(e)
+		return JoinResponse{MemberID: req.MemberID}, wrap(req.Group, "join", ErrInconsistentProtocol)
+	}
+	e.cg = nil // an empty consumer group becomes a classic one
 	out := e.g.join(c.opts.Now(), req)
 	var ch chan reply
 	if out.waiter != 0 {
@@ -369,6 +379,16 @@ func (c *Coordinator) Describe(group string) (Description, error) {
 		return Description{Group: group, State: Dead}, wrap(group, "describe", ErrGroupIDNotFound)
 	}
 	defer c.unlock(e)
+	if e.consumerActive() {
+		// DescribeGroups of a consumer group: its state and members,
+		// without classic protocol data.
+		d := Description{Group: group, State: e.cg.state(), ProtocolType: ConsumerProtocolType, Generation: e.cg.epoch}
+		for _, m := range e.cg.describe().Members {
+			d.Members = append(d.Members, MemberDescription{MemberID: m.MemberID, GroupInstanceID: m.InstanceID,
+				ClientID: m.ClientID, ClientHost: m.ClientHost})
+		}
+		return d, nil
+	}
 	return e.g.describe(), nil
 }
 
@@ -377,8 +397,12 @@ func (c *Coordinator) List() []Listing {
 	var out []Listing
 	for _, e := range c.entries() {
 		e.mu.Lock()
-		if !e.dead {
-			out = append(out, Listing{Group: e.g.id, ProtocolType: e.g.protocolType, State: e.g.state})
+		switch {
+		case e.dead:
+		case e.consumerActive():
+			out = append(out, Listing{Group: e.g.id, ProtocolType: ConsumerProtocolType, State: e.cg.state(), Type: "consumer"})
+		default:
+			out = append(out, Listing{Group: e.g.id, ProtocolType: e.g.protocolType, State: e.g.state, Type: "classic"})
 		}
 		e.mu.Unlock()
 	}
@@ -408,7 +432,7 @@ func (c *Coordinator) delete(id string) error {
 	if e == nil {
 		return wrap(id, "delete", ErrGroupIDNotFound)
 	}
-	if e.g.state != Empty {
+	if e.g.state != Empty || e.consumerActive() {
 		c.unlock(e)
 		return wrap(id, "delete", ErrNonEmptyGroup)
 	}
@@ -431,6 +455,10 @@ func (c *Coordinator) Tick(now time.Time) {
 		if !e.dead {
 			e.g.tick(now)
 			c.deliver(e)
+			if e.cg != nil {
+				e.cg.tick(now)
+				c.settleConsumer(e, now)
+			}
 		}
 		c.unlock(e)
 	}
@@ -475,7 +503,7 @@ func (c *Coordinator) CommitOffsets(req CommitRequest) (map[TopicPartition]error
 	}
 	defer c.unlock(e)
 	now := c.opts.Now()
-	if err := e.g.validateCommit(now, req); err != nil {
+	if err := e.validateCommit(now, req.MemberID, req.Generation, req.Offsets, func() error { return e.g.validateCommit(now, req) }); err != nil {
 		return nil, wrap(req.Group, "commit offsets", err)
 	}
 	records, results := e.g.checkCommitOffsets(now, req.Offsets)
@@ -537,7 +565,7 @@ func (c *Coordinator) DeleteOffsets(group string, tps []TopicPartition) (map[Top
 	results := make(map[TopicPartition]error, len(tps))
 	var eligible []TopicPartition
 	for _, tp := range tps {
-		if g.state != Empty && g.subscribedTo(tp.Topic) {
+		if g.state != Empty && g.subscribedTo(tp.Topic) || e.consumerActive() && e.cg.subscribedTo(tp.Topic) {
 			results[tp] = wrap(group, "delete offsets", ErrGroupSubscribedToTopic)
 			continue
 		}
@@ -562,7 +590,7 @@ func (c *Coordinator) ResetOffsets(group string, offsets map[TopicPartition]int6
 	}
 	e := c.lockGroup(group, true)
 	defer c.unlock(e)
-	if e.g.state != Empty {
+	if e.g.state != Empty || e.consumerActive() {
 		return wrap(group, "reset offsets", ErrNonEmptyGroup)
 	}
 	now := c.opts.Now()
@@ -641,6 +669,12 @@ func (c *Coordinator) ExpireOffsets(now time.Time, retention time.Duration) []st
 			continue
 		}
 		g := e.g
+		if e.consumerActive() {
+			// Kafka keeps a consumer group's offsets while it has
+			// members.
+			e.mu.Unlock()
+			continue
+		}
 		if expired := g.expiredOffsets(now, retention); len(expired) > 0 {
 			if err := c.store(e, g.deletions(expired)); err != nil {
 				c.opts.Logger.Warn("group: expiring offsets", "group", g.id, "err", err)

@@ -331,9 +331,9 @@ func TestListDescribeDelete(t *testing.T) {
 	require.NoError(t, err)
 
 	require.Equal(t, []Listing{
-		{Group: "g", ProtocolType: ConsumerProtocolType, State: Stable},
-		{Group: "other", ProtocolType: "connect", State: CompletingRebalance},
-		{Group: "simple", State: Empty},
+		{Group: "g", ProtocolType: ConsumerProtocolType, State: Stable, Type: "classic"},
+		{Group: "other", ProtocolType: "connect", State: CompletingRebalance, Type: "classic"},
+		{Group: "simple", State: Empty, Type: "classic"},
 	}, c.List())
 
 	d, err := c.Describe("g")
@@ -365,7 +365,7 @@ func TestListDescribeDelete(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Empty, d.State)
 	require.NoError(t, c.Delete("g")["g"])
-	require.Equal(t, []Listing{{Group: "other", ProtocolType: "connect", State: CompletingRebalance}}, c.List())
+	require.Equal(t, []Listing{{Group: "other", ProtocolType: "connect", State: CompletingRebalance, Type: "classic"}}, c.List())
 
 	// A deleted group can be joined afresh.
 	r2, err := c.Join(ctx, joinReq("", "t"))

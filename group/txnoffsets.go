@@ -110,7 +110,7 @@ func (c *Coordinator) TxnCommitOffsets(req TxnCommitRequest) (map[TopicPartition
 	}
 	defer c.unlock(e)
 	now := c.opts.Now()
-	if err := e.g.validateTxnCommit(now, req); err != nil {
+	if err := e.validateCommit(now, req.MemberID, req.Generation, req.Offsets, func() error { return e.g.validateTxnCommit(now, req) }); err != nil {
 		return nil, wrap(req.Group, "commit transactional offsets", err)
 	}
 	records, results := e.g.checkCommitOffsets(now, req.Offsets)

@@ -73,6 +73,19 @@ type Options struct {
 	TickInterval time.Duration
 	// Logger receives the coordinator's warnings; silent by default.
 	Logger *slog.Logger
+
+	// PartitionCount reports how many partitions a topic has, -1 if there
+	// is no such topic: KIP-848 consumer groups assign partitions
+	// themselves. Nil: no topic exists.
+	PartitionCount func(topic string) int32
+	// TopicNames lists the topics that exist, for regular-expression
+	// subscriptions. Nil: none.
+	TopicNames func() []string
+	// ConsumerSessionTimeout and ConsumerHeartbeatInterval are a consumer
+	// group member's session timeout and heartbeat interval
+	// (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms).
+	// Defaults 45 s and 5 s.
+	ConsumerSessionTimeout, ConsumerHeartbeatInterval time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -100,6 +113,12 @@ func (o Options) withDefaults() Options {
 	if o.TickInterval <= 0 {
 		o.TickInterval = DefaultTickInterval
 	}
+	if o.ConsumerSessionTimeout <= 0 {
+		o.ConsumerSessionTimeout = DefaultConsumerSessionTimeout
+	}
+	if o.ConsumerHeartbeatInterval <= 0 {
+		o.ConsumerHeartbeatInterval = DefaultConsumerHeartbeatInterval
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -124,6 +143,9 @@ const (
 	Stable
 	// Dead: the group has been deleted.
 	Dead
+	// Reconciling: a consumer group (KIP-848) some member of which has not
+	// reached its target assignment.
+	Reconciling
 )
 
 // String returns Kafka's name of the state.
@@ -139,6 +161,8 @@ func (s State) String() string {
 		return "Stable"
 	case Dead:
 		return "Dead"
+	case Reconciling:
+		return "Reconciling"
 	}
 	return fmt.Sprintf("State(%d)", int8(s))
 }
@@ -296,6 +320,9 @@ type Listing struct {
 	Group        string
 	ProtocolType string
 	State        State
+	// Type is "classic", or "consumer" for a KIP-848 consumer group with
+	// members.
+	Type string
 }
 
 // OffsetAndMetadata is a committed offset.
