@@ -135,13 +135,17 @@ func Open(dir string, opts Options) (*Broker, error) {
 	empty := map[string]*topic{}
 	b.topics.Store(&empty)
 	b.coord = group.NewCoordinator(group.Options{
-		Store:                 offsetStore{b},
-		MinSessionTimeout:     opts.GroupMinSessionTimeout,
-		MaxSessionTimeout:     opts.GroupMaxSessionTimeout,
-		InitialRebalanceDelay: opts.GroupInitialRebalanceDelay,
-		OffsetsRetention:      opts.OffsetsRetention,
-		Owns:                  func(g string) error { return b.CheckGroupCoordinator(g) },
-		Logger:                opts.Logger,
+		Store:                     offsetStore{b},
+		MinSessionTimeout:         opts.GroupMinSessionTimeout,
+		MaxSessionTimeout:         opts.GroupMaxSessionTimeout,
+		InitialRebalanceDelay:     opts.GroupInitialRebalanceDelay,
+		OffsetsRetention:          opts.OffsetsRetention,
+		Owns:                      func(g string) error { return b.CheckGroupCoordinator(g) },
+		Logger:                    opts.Logger,
+		PartitionCount:            b.partitionCount,
+		ConsumerSessionTimeout:    opts.GroupConsumerSessionTimeout,
+		ConsumerHeartbeatInterval: opts.GroupConsumerHeartbeatInterval,
+		TopicNames:                b.userTopics,
 	})
 	b.txc, err = b.newTxnCoordinator()
 	if err != nil {
@@ -536,6 +540,12 @@ func (b *Broker) Topics() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// userTopics lists the topics a regular-expression subscription may
+// match: all but the internal ones, as Kafka excludes them.
+func (b *Broker) userTopics() []string {
+	return slices.DeleteFunc(b.Topics(), func(n string) bool { return n == OffsetsTopic || n == txn.StateTopic })
 }
 
 // TopicDescription describes a topic.

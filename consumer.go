@@ -90,6 +90,19 @@ type ConsumerConfig struct {
 	Group string
 	// Topics is the group subscription.
 	Topics []string
+	// GroupProtocol is the membership protocol (group.protocol):
+	// GroupProtocolClassic (the default) or GroupProtocolConsumer
+	// (KIP-848). With GroupProtocolConsumer the coordinator assigns and
+	// times the member: Assignors, SessionTimeout and HeartbeatInterval
+	// are not used (the broker's GroupConsumerSessionTimeout and
+	// GroupConsumerHeartbeatInterval are), and RebalanceTimeout bounds how
+	// long the member may take to give partitions up.
+	GroupProtocol GroupProtocol
+	// ServerAssignor names the coordinator's assignor with
+	// GroupProtocolConsumer (group.remote.assignor): "uniform" (balanced
+	// and sticky) or "range" (co-partitioned topics); "" for the group's
+	// choice, uniform by default.
+	ServerAssignor string
 	// GroupInstanceID makes the member static (group.instance.id,
 	// KIP-345): it keeps its partitions, with no rebalance, if it restarts
 	// within SessionTimeout. Close does not leave the group.
@@ -498,7 +511,11 @@ func (c *Consumer) poll(ctx context.Context) ([]Record, error) {
 		if c.isClosed() {
 			return nil, ErrClosed
 		}
-		if err := c.ensureActive(ctx); err != nil {
+		ensure := c.ensureActive
+		if c.grp.m848 != nil {
+			ensure = c.ensureActive848
+		}
+		if err := ensure(ctx); err != nil {
 			return nil, err
 		}
 		c.maybeAutoCommit(ctx)

@@ -46,6 +46,8 @@ type groupMember struct {
 	hbDone     chan struct{}
 	lastCommit time.Time
 	joined     bool
+
+	m848 *member848 // GroupProtocolConsumer; nil for the classic protocol
 }
 
 // newGroupMember validates the group settings of cfg.
@@ -76,11 +78,37 @@ func newGroupMember(b *Broker, cfg *ConsumerConfig) (*groupMember, error) {
 			return nil, err
 		}
 	}
-	return &groupMember{
+	g := &groupMember{
 		coord: b.coord, instance: cfg.GroupInstanceID, gen: -1,
 		assignors: cfg.Assignors, topics: slices.Clone(cfg.Topics),
 		wake: make(chan struct{}), lastCommit: time.Now(),
-	}, nil
+	}
+	switch cfg.GroupProtocol {
+	case "", GroupProtocolClassic:
+		cfg.GroupProtocol = GroupProtocolClassic
+		if cfg.ServerAssignor != "" {
+			return nil, fmt.Errorf("%w: ServerAssignor needs GroupProtocolConsumer", ErrInvalidConfig)
+		}
+	case GroupProtocolConsumer:
+		if !slices.Contains([]string{"", "uniform", "range"}, cfg.ServerAssignor) {
+			return nil, fmt.Errorf("%w: ServerAssignor %q: the coordinator has uniform and range", ErrInvalidConfig, cfg.ServerAssignor)
+		}
+		g.m848 = &member848{interval: cfg.HeartbeatInterval, kick: make(chan struct{}, 1)}
+	default:
+		return nil, fmt.Errorf("%w: GroupProtocol %q", ErrInvalidConfig, cfg.GroupProtocol)
+	}
+	return g, nil
+}
+
+// identity is the member id and generation (the member epoch with
+// GroupProtocolConsumer) to commit under.
+func (g *groupMember) identity() (string, int32) {
+	if m := g.m848; m != nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.id, m.epoch
+	}
+	return g.id, g.gen
 }
 
 func (g *groupMember) assignor() group.Assignor {
@@ -309,7 +337,7 @@ func (c *Consumer) revoke(ctx context.Context, tps []TopicPartition) error {
 	if len(tps) == 0 {
 		return nil
 	}
-	if c.cfg.AutoCommit.on(true) && c.grp.gen >= 0 {
+	if _, gen := c.grp.identity(); c.cfg.AutoCommit.on(true) && gen >= 0 {
 		// Best effort, as Kafka's consumer: a failed commit before a
 		// rebalance leaves the partitions to be re-read (at least once).
 		_ = c.commitPositions(ctx, tps)
@@ -396,7 +424,8 @@ func (c *Consumer) GroupMetadata() GroupMetadata {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return GroupMetadata{GroupID: c.cfg.Group, MemberID: c.grp.id, InstanceID: c.grp.instance, Generation: c.grp.gen}
+	id, gen := c.grp.identity()
+	return GroupMetadata{GroupID: c.cfg.Group, MemberID: id, InstanceID: c.grp.instance, Generation: gen}
 }
 
 func (c *Consumer) startHeartbeat() {
@@ -464,8 +493,9 @@ func (c *Consumer) CommitOffsets(ctx context.Context, offsets map[TopicPartition
 }
 
 func (c *Consumer) commitRequest() group.CommitRequest {
+	id, gen := c.grp.identity()
 	return group.CommitRequest{
-		Group: c.cfg.Group, MemberID: c.grp.id, GroupInstanceID: c.grp.instance, Generation: c.grp.gen,
+		Group: c.cfg.Group, MemberID: id, GroupInstanceID: c.grp.instance, Generation: gen,
 		Offsets: map[group.TopicPartition]group.OffsetAndMetadata{},
 	}
 }
@@ -527,6 +557,10 @@ func (c *Consumer) maybeAutoCommit(ctx context.Context) {
 // partitions if it restarts within the session timeout (KIP-345).
 func (c *Consumer) leaveGroup() {
 	g := c.grp
+	if g.m848 != nil {
+		c.leave848()
+		return
+	}
 	c.stopHeartbeat()
 	if !g.joined {
 		return

@@ -111,6 +111,14 @@ type Options struct {
 	// before the first generation forms (group.initial.rebalance.delay.ms).
 	// Default 0 (Kafka's is 3 s).
 	GroupInitialRebalanceDelay time.Duration
+	// GroupConsumerSessionTimeout and GroupConsumerHeartbeatInterval are
+	// the session timeout and heartbeat interval of KIP-848 consumer group
+	// members, which the coordinator sets rather than the member
+	// (group.consumer.session.timeout.ms,
+	// group.consumer.heartbeat.interval.ms). A member moves partitions
+	// between heartbeats, so the interval paces a rebalance. Defaults 45 s
+	// and 5 s.
+	GroupConsumerSessionTimeout, GroupConsumerHeartbeatInterval time.Duration
 	// Logger receives the broker's warnings; silent by default.
 	Logger *slog.Logger
 

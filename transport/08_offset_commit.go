@@ -20,8 +20,9 @@ import (
 //   - v3 adds throttle time; v6 the leader epoch (KIP-320).
 //   - v7 adds group.instance.id (KIP-345); v8 is the first flexible version.
 //   - v9 is v8 for classic groups, except that a generation of a group that
-//     does not exist is GROUP_ID_NOT_FOUND rather than ILLEGAL_GENERATION
-//     (it also admits KIP-848 consumer groups, which do not exist here).
+//     does not exist is GROUP_ID_NOT_FOUND rather than ILLEGAL_GENERATION;
+//     for a KIP-848 consumer group the generation is the member epoch, and
+//     a stale one STALE_MEMBER_EPOCH (ILLEGAL_GENERATION before v9).
 //   - v10 names topics by id.
 //
 // As in Kafka, partitions of unknown topics are refused first
@@ -102,6 +103,11 @@ func offsetCommit(c *conn, req *request, body *kmsg.OffsetCommitRequest) (kmsg.R
 		requestCode = errorCode(err)
 		if req.version >= 9 && errors.Is(err, group.ErrIllegalGeneration) && groupMissing(b, body.Group) {
 			requestCode = errGroupIDNotFound
+		}
+		if req.version < 9 && errors.Is(err, group.ErrStaleMemberEpoch) {
+			// A KIP-848 member's epoch, sent by a client that cannot
+			// read STALE_MEMBER_EPOCH.
+			requestCode = errIllegalGeneration
 		}
 	}
 	for _, s := range committed {

@@ -12,14 +12,11 @@ import (
 //   - v1 adds throttle time; v2 is the same; v3 is the first flexible
 //     version.
 //   - v4 filters by state and returns each group's state (KIP-518).
-//   - v5 filters by type and returns each group's type (KIP-848): every
-//     group here is "classic".
+//   - v5 filters by type and returns each group's type (KIP-848):
+//     "consumer" for a consumer group with members, else "classic".
 //
 // Filters match case-insensitively, as Kafka's do.
 func init() { register(kmsg.ListGroups, 0, 5, listGroups) }
-
-// classicGroupType is the type of every group (the classic protocol).
-const classicGroupType = "classic"
 
 func listGroups(c *conn, req *request, body *kmsg.ListGroupsRequest) (kmsg.Response, error) {
 	matches := func(filter []string, v string) bool {
@@ -39,7 +36,7 @@ func listGroups(c *conn, req *request, body *kmsg.ListGroupsRequest) (kmsg.Respo
 	all := c.canCluster(acl.OpDescribe)
 	for _, g := range c.s.b.Groups().List() {
 		state := g.State.String()
-		if !matches(body.StatesFilter, state) || !matches(body.TypesFilter, classicGroupType) {
+		if !matches(body.StatesFilter, state) || !matches(body.TypesFilter, g.Type) {
 			continue
 		}
 		if !all && !c.can(acl.OpDescribe, acl.ResourceGroup, g.Group) {
@@ -49,7 +46,7 @@ func listGroups(c *conn, req *request, body *kmsg.ListGroupsRequest) (kmsg.Respo
 		rg.Group = g.Group
 		rg.ProtocolType = g.ProtocolType
 		rg.GroupState = state
-		rg.GroupType = classicGroupType
+		rg.GroupType = g.Type
 		resp.Groups = append(resp.Groups, rg)
 	}
 	return resp, nil

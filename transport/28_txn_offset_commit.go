@@ -89,6 +89,11 @@ func txnOffsetCommit(c *conn, req *request, body *kmsg.TxnOffsetCommitRequest) (
 		var err error
 		results, err = b.Groups().TxnCommitOffsets(tr)
 		code = errorCode(err)
+		if errors.Is(err, group.ErrStaleMemberEpoch) {
+			// A KIP-848 member's old epoch: what TxnOffsetCommit's
+			// clients read as "no longer in this generation".
+			code = errIllegalGeneration
+		}
 	}
 	for _, s := range committed {
 		pc := code

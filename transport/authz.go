@@ -57,6 +57,9 @@ var gates = map[int16]func(c *conn, req *request) int16{
 	kmsg.SyncGroup.Int16():  groupGate(func(r kmsg.Request) string { return r.(*kmsg.SyncGroupRequest).Group }),
 	kmsg.Heartbeat.Int16():  groupGate(func(r kmsg.Request) string { return r.(*kmsg.HeartbeatRequest).Group }),
 	kmsg.LeaveGroup.Int16(): groupGate(func(r kmsg.Request) string { return r.(*kmsg.LeaveGroupRequest).Group }),
+	kmsg.ConsumerGroupHeartbeat.Int16(): groupGate(func(r kmsg.Request) string {
+		return r.(*kmsg.ConsumerGroupHeartbeatRequest).Group
+	}),
 	kmsg.InitProducerID.Int16(): func(c *conn, req *request) int16 {
 		body := req.body.(*kmsg.InitProducerIDRequest)
 		if body.TransactionalID != nil && *body.TransactionalID != "" {
@@ -207,6 +210,7 @@ var checkedInHandler = []kmsg.Key{
 	kmsg.IncrementalAlterConfigs, kmsg.OffsetDelete, kmsg.DescribeProducers, kmsg.DescribeTransactions,
 	kmsg.ListTransactions, kmsg.DescribeACLs, kmsg.CreateACLs, kmsg.DeleteACLs,
 	kmsg.DescribeClientQuotas, kmsg.AlterClientQuotas, kmsg.DescribeUserSCRAMCredentials, kmsg.AlterUserSCRAMCredentials,
+	kmsg.ConsumerGroupDescribe,
 }
 
 // unchecked are the APIs Kafka serves to anyone: before authentication,

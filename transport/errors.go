@@ -85,6 +85,10 @@ const (
 	errStaleBrokerEpoch                   int16 = 77
 	errDuplicateBrokerRegistration        int16 = 101
 	errInconsistentClusterID              int16 = 104
+	errFencedMemberEpoch                  int16 = 110
+	errUnreleasedInstanceID               int16 = 111
+	errUnsupportedAssignor                int16 = 112
+	errStaleMemberEpoch                   int16 = 113
 	errIneligibleReplica                  int16 = 107
 	errInvalidUpdateVersion               int16 = 95
 	errNewLeaderElected                   int16 = 108
@@ -214,6 +218,18 @@ func errorCode(err error) int16 {
 		return errInvalidGroupID
 	case errors.Is(err, group.ErrGroupMaxSizeReached):
 		return errGroupMaxSizeReached
+	case errors.Is(err, group.ErrFencedMemberEpoch):
+		return errFencedMemberEpoch
+	case errors.Is(err, group.ErrUnreleasedInstanceID):
+		return errUnreleasedInstanceID
+	case errors.Is(err, group.ErrUnsupportedAssignor):
+		return errUnsupportedAssignor
+	case errors.Is(err, group.ErrStaleMemberEpoch):
+		return errStaleMemberEpoch
+	case errors.Is(err, group.ErrInvalidRegularExpression):
+		return errInvalidRegularExpression
+	case errors.Is(err, group.ErrInvalidHeartbeat):
+		return errInvalidRequest
 	case errors.Is(err, group.ErrGroupSubscribedToTopic):
 		return errGroupSubscribedToTopic
 	case errors.Is(err, group.ErrOffsetMetadataTooLarge):
