@@ -32,6 +32,7 @@ type Broker struct {
 	logger *slog.Logger
 	fs     vfs.FS // the data directory's file layer (Options.fs)
 	lock   io.Closer
+	shares shareParts // share groups' share-partitions (share_state.go)
 
 	// mu serialises changes to the topic set and the registry; readers
 	// use the immutable snapshot in topics.
@@ -159,6 +160,9 @@ func Open(dir string, opts Options) (*Broker, error) {
 		err = b.load()
 		if err == nil {
 			err = b.loadOffsets()
+		}
+		if err == nil {
+			err = b.loadShares()
 		}
 		if err == nil {
 			b.pids, err = openProducerIDs(dir)
@@ -545,7 +549,7 @@ func (b *Broker) Topics() []string {
 // userTopics lists the topics a regular-expression subscription may
 // match: all but the internal ones, as Kafka excludes them.
 func (b *Broker) userTopics() []string {
-	return slices.DeleteFunc(b.Topics(), func(n string) bool { return n == OffsetsTopic || n == txn.StateTopic })
+	return slices.DeleteFunc(b.Topics(), internalTopic)
 }
 
 // TopicDescription describes a topic.

@@ -627,7 +627,7 @@ func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struc
 			return recs, total, changed, c.b.wrapClosed(fmt.Errorf("spool: fetch %s-%d at %d: %w", a.tp.Topic, a.tp.Partition, a.pos, err))
 		}
 		total += len(res.Batches)
-		recs, err = c.decode(recs, a, res.Batches, res.AbortedTxns)
+		recs, err = decodeRecords(recs, a, res.Batches, res.AbortedTxns)
 		if err != nil {
 			return recs, total, changed, err
 		}
@@ -638,7 +638,7 @@ func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struc
 	return recs, total, changed, nil
 }
 
-// decode appends the records of batches at or after a's position and moves
+// decodeRecords appends the records of batches at or after a's position and moves
 // the position past them. Uncompressed records alias batches, which belongs
 // to this Poll; compressed ones get a buffer of their own.
 //
@@ -647,7 +647,7 @@ func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struc
 // the first offset of its oldest pending aborted transaction is dropped,
 // and that producer's ABORT marker ends the transaction: Kafka's consumer
 // filter.
-func (c *Consumer) decode(recs []Record, a *assignment, batches []byte, aborted []partition.AbortedTxn) ([]Record, error) {
+func decodeRecords(recs []Record, a *assignment, batches []byte, aborted []partition.AbortedTxn) ([]Record, error) {
 	var pending map[int64][]int64 // producer id -> first offsets of its aborted transactions, oldest first
 	if len(aborted) > 0 {
 		pending = map[int64][]int64{}

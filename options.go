@@ -119,6 +119,16 @@ type Options struct {
 	// between heartbeats, so the interval paces a rebalance. Defaults 45 s
 	// and 5 s.
 	GroupConsumerSessionTimeout, GroupConsumerHeartbeatInterval time.Duration
+	// ShareLockDuration, ShareDeliveryLimit and ShareMaxInFlight bound the
+	// share groups' deliveries (see ShareConsumer): how long a record
+	// stays with a consumer unacknowledged, how many times it is delivered
+	// before it is archived (or dead-lettered), and how many records of a
+	// partition may be in flight (group.share.record.lock.duration.ms,
+	// group.share.delivery.count.limit,
+	// group.share.partition.max.record.locks). Defaults 30 s, 5 and 2000.
+	ShareLockDuration  time.Duration
+	ShareDeliveryLimit int
+	ShareMaxInFlight   int
 	// Logger receives the broker's warnings; silent by default.
 	Logger *slog.Logger
 

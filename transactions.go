@@ -39,7 +39,7 @@ const DefaultTransactionStatePartitions = txn.DefaultStatePartitions
 
 // internalTopic reports whether a topic is one only the broker writes.
 func internalTopic(name string) bool {
-	return name == OffsetsTopic || name == TransactionStateTopic
+	return name == OffsetsTopic || name == TransactionStateTopic || name == ShareStateTopic
 }
 
 // Transactions is the broker's transaction coordinator: what the Kafka

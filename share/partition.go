@@ -227,7 +227,7 @@ type AckBatch struct {
 // offset Acquired by member (ErrInvalidRecordState) - Gap acknowledges an
 // offset that holds no record, whatever its state. It returns the offsets
 // archived because they were rejected or reached the delivery limit.
-func (p *Partition) Acknowledge(member string, batches []AckBatch, now time.Time) (archived []int64, err error) {
+func (p *Partition) Acknowledge(member string, batches []AckBatch, now time.Time) (archived []Delivery, err error) {
 	prev := int64(-1)
 	for _, b := range batches {
 		n := b.Last - b.First + 1
@@ -262,10 +262,10 @@ func (p *Partition) Acknowledge(member string, batches []AckBatch, now time.Time
 				r.state = Acknowledged
 			case Reject:
 				r.state = Archived
-				archived = append(archived, off)
+				archived = append(archived, Delivery{off, int(r.count)})
 			case Release:
 				if p.release(r) {
-					archived = append(archived, off)
+					archived = append(archived, Delivery{off, int(r.count)})
 				}
 			case Renew:
 				r.deadline = now.Add(p.cfg.LockDuration)
@@ -299,11 +299,11 @@ func (p *Partition) release(r *record) bool {
 
 // Expire releases the records whose lock expired by now; it returns those
 // archived at the delivery limit.
-func (p *Partition) Expire(now time.Time) (archived []int64) {
+func (p *Partition) Expire(now time.Time) (archived []Delivery) {
 	for i := range p.recs {
 		r := &p.recs[i]
 		if r.state == Acquired && now.After(r.deadline) && p.release(r) {
-			archived = append(archived, p.start+int64(i))
+			archived = append(archived, Delivery{p.start + int64(i), int(r.count)})
 		}
 	}
 	p.advance()
@@ -312,11 +312,11 @@ func (p *Partition) Expire(now time.Time) (archived []int64) {
 
 // ReleaseMember releases every record member holds (it left, or its
 // session ended); it returns those archived at the delivery limit.
-func (p *Partition) ReleaseMember(member string) (archived []int64) {
+func (p *Partition) ReleaseMember(member string) (archived []Delivery) {
 	for i := range p.recs {
 		r := &p.recs[i]
 		if r.state == Acquired && r.owner == member && p.release(r) {
-			archived = append(archived, p.start+int64(i))
+			archived = append(archived, Delivery{p.start + int64(i), int(r.count)})
 		}
 	}
 	p.advance()

@@ -27,21 +27,24 @@ func ack(first, last int64, t AckType) AckBatch {
 func TestStateTransitions(t *testing.T) {
 	cfg := Config{LockDuration: time.Second, DeliveryLimit: 2}
 	for name, tc := range map[string]struct {
-		do        func(p *Partition) []int64
+		do        func(p *Partition) []Delivery
 		want      State
 		count     int
 		archived  bool
 		startMove bool
 	}{
-		"accept":               {func(p *Partition) []int64 { a, _ := p.Acknowledge("m", []AckBatch{ack(0, 0, Accept)}, t0); return a }, Acknowledged, 1, false, true},
-		"reject":               {func(p *Partition) []int64 { a, _ := p.Acknowledge("m", []AckBatch{ack(0, 0, Reject)}, t0); return a }, Archived, 1, true, true},
-		"release":              {func(p *Partition) []int64 { a, _ := p.Acknowledge("m", []AckBatch{ack(0, 0, Release)}, t0); return a }, Available, 1, false, false},
-		"gap":                  {func(p *Partition) []int64 { a, _ := p.Acknowledge("m", []AckBatch{ack(0, 0, Gap)}, t0); return a }, Archived, 1, false, true},
-		"renew":                {func(p *Partition) []int64 { a, _ := p.Acknowledge("m", []AckBatch{ack(0, 0, Renew)}, t0); return a }, Acquired, 1, false, false},
-		"lock expiry":          {func(p *Partition) []int64 { return p.Expire(t0.Add(2 * time.Second)) }, Available, 1, false, false},
-		"lock not yet expired": {func(p *Partition) []int64 { return p.Expire(t0.Add(time.Second)) }, Acquired, 1, false, false},
-		"member gone":          {func(p *Partition) []int64 { return p.ReleaseMember("m") }, Available, 1, false, false},
-		"other member gone":    {func(p *Partition) []int64 { return p.ReleaseMember("x") }, Acquired, 1, false, false},
+		"accept": {func(p *Partition) []Delivery { a, _ := p.Acknowledge("m", []AckBatch{ack(0, 0, Accept)}, t0); return a }, Acknowledged, 1, false, true},
+		"reject": {func(p *Partition) []Delivery { a, _ := p.Acknowledge("m", []AckBatch{ack(0, 0, Reject)}, t0); return a }, Archived, 1, true, true},
+		"release": {func(p *Partition) []Delivery {
+			a, _ := p.Acknowledge("m", []AckBatch{ack(0, 0, Release)}, t0)
+			return a
+		}, Available, 1, false, false},
+		"gap":                  {func(p *Partition) []Delivery { a, _ := p.Acknowledge("m", []AckBatch{ack(0, 0, Gap)}, t0); return a }, Archived, 1, false, true},
+		"renew":                {func(p *Partition) []Delivery { a, _ := p.Acknowledge("m", []AckBatch{ack(0, 0, Renew)}, t0); return a }, Acquired, 1, false, false},
+		"lock expiry":          {func(p *Partition) []Delivery { return p.Expire(t0.Add(2 * time.Second)) }, Available, 1, false, false},
+		"lock not yet expired": {func(p *Partition) []Delivery { return p.Expire(t0.Add(time.Second)) }, Acquired, 1, false, false},
+		"member gone":          {func(p *Partition) []Delivery { return p.ReleaseMember("m") }, Available, 1, false, false},
+		"other member gone":    {func(p *Partition) []Delivery { return p.ReleaseMember("x") }, Acquired, 1, false, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := New(cfg, 0)
@@ -72,7 +75,7 @@ func TestDeliveryLimitArchivesPoison(t *testing.T) {
 		require.Equal(t, int64(10), off)
 		got := p.Acquire(fmt.Sprint("m", i), []int64{10, 11}, 1, now)
 		require.Equal(t, []Delivery{{Offset: 10, DeliveryCount: i}}, got)
-		var archived []int64
+		var archived []Delivery
 		if i%2 == 0 {
 			now = now.Add(2 * time.Second)
 			archived = p.Expire(now)
@@ -84,7 +87,7 @@ func TestDeliveryLimitArchivesPoison(t *testing.T) {
 		if i < 3 {
 			require.Empty(t, archived)
 		} else {
-			require.Equal(t, []int64{10}, archived)
+			require.Equal(t, []Delivery{{Offset: 10, DeliveryCount: 3}}, archived)
 		}
 	}
 	require.Equal(t, int64(11), p.Start())

@@ -1,0 +1,181 @@
+package spool
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/spoolmq/spool/record"
+	"github.com/spoolmq/spool/share"
+	"github.com/spoolmq/spool/txn"
+)
+
+// Share groups' delivery state lives in the internal compacted topic
+// __share_group_state, as Kafka's share coordinator keeps it: one record
+// per change of a share-partition, keyed by (group, topic, partition), so
+// that compaction keeps each one's latest. A share-partition's records go
+// to partition abs(javaHash("group:topic:partition")) % n. The value is a
+// share.Partition snapshot (see package share); the key:
+//
+//	int16 version=0 | string group | string topic | int32 partition
+//
+// Kafka's own records there (ShareSnapshot, ShareUpdate) have another
+// layout: Kafka's tools cannot read spool's.
+
+// ShareStateTopic is the internal topic of share groups' delivery state.
+const ShareStateTopic = "__share_group_state"
+
+type shareKey struct {
+	group, topic string
+	partition    int32
+}
+
+func (k shareKey) String() string { return fmt.Sprintf("%s:%s:%d", k.group, k.topic, k.partition) }
+
+func encodeShareKey(k shareKey) []byte {
+	b := binary.BigEndian.AppendUint16(nil, 0)
+	b = appendString(b, k.group)
+	b = appendString(b, k.topic)
+	return binary.BigEndian.AppendUint32(b, uint32(k.partition))
+}
+
+func decodeShareKey(b []byte) (shareKey, error) {
+	r := offsetReader{b: b}
+	if v := r.int16(); r.err == nil && v != 0 {
+		return shareKey{}, fmt.Errorf("%w: share key version %d", errBadOffsetRecord, v)
+	}
+	k := shareKey{group: r.string(), topic: r.string(), partition: r.int32()}
+	if r.err == nil && len(r.b) > 0 {
+		r.err = errBadOffsetRecord
+	}
+	return k, r.err
+}
+
+// shareParts are the broker's share-partitions, loaded from the state
+// topic at open and created on first use.
+type shareParts struct {
+	mu    sync.Mutex
+	parts map[shareKey]*sharePart
+	// dead names, per group, the topic archived records go to (the last
+	// one a consumer of the group named).
+	dead map[string]string
+}
+
+// sharePart is one share-partition and the lock that serializes its
+// changes and their writes.
+type sharePart struct {
+	mu  sync.Mutex
+	key shareKey
+	p   *share.Partition
+}
+
+func (b *Broker) shareConfig() share.Config {
+	return share.Config{LockDuration: b.opts.ShareLockDuration, DeliveryLimit: b.opts.ShareDeliveryLimit, MaxInFlight: b.opts.ShareMaxInFlight}
+}
+
+// sharePartition returns a share-partition, creating it (starting at
+// start()) if the group never consumed the partition.
+func (b *Broker) sharePartition(k shareKey, start func() int64) *sharePart {
+	s := &b.shares
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.parts == nil {
+		s.parts = map[shareKey]*sharePart{}
+	}
+	sp := s.parts[k]
+	if sp == nil {
+		sp = &sharePart{key: k, p: share.New(b.shareConfig(), start())}
+		s.parts[k] = sp
+	}
+	return sp
+}
+
+// saveShare writes a share-partition's snapshot to the state topic:
+// durable, under the broker's flush policy, when it returns. Called with
+// sp.mu held.
+func (b *Broker) saveShare(ctx context.Context, sp *sharePart) error {
+	t, err := b.internalTopic(ctx, ShareStateTopic)
+	if err != nil {
+		return err
+	}
+	p, err := t.partition(txn.PartitionFor(sp.key.String(), len(t.partitions())))
+	if err != nil {
+		return err
+	}
+	_, err = p.Append(record.Record{Key: encodeShareKey(sp.key), Value: sp.p.Snapshot()})
+	if err != nil {
+		return fmt.Errorf("spool: saving share group %q's state of %s-%d: %w", sp.key.group, sp.key.topic, sp.key.partition, err)
+	}
+	return nil
+}
+
+// internalTopic returns an internal topic of the broker's own (the share
+// state topic), creating it, compacted, on first use.
+func (b *Broker) internalTopic(ctx context.Context, name string) (*topic, error) {
+	if t := b.snapshot()[name]; t != nil {
+		return t, nil
+	}
+	cfg := offsetsTopicConfig(b.opts.OffsetsTopicPartitions, 0)
+	cfg.MinInSyncReplicas = 0
+	if err := b.createTopic(ctx, name, cfg, true); err != nil && !errors.Is(err, ErrTopicExists) {
+		return nil, err
+	}
+	if t := b.snapshot()[name]; t != nil {
+		return t, nil
+	}
+	return nil, fmt.Errorf("%w: %s", ErrUnknownTopic, name)
+}
+
+// loadShares restores every share-partition from the state topic: the
+// latest snapshot of each wins. A record that does not decode fails the
+// open, as a damaged offsets topic does: dropping it would deliver
+// acknowledged records again.
+func (b *Broker) loadShares() error {
+	t := b.snapshot()[ShareStateTopic]
+	if t == nil {
+		return nil
+	}
+	latest := map[shareKey][]byte{}
+	for _, p := range t.partitions() {
+		err := readBatchesTo(p, p.HighWatermark(), func(_ record.Batch, r *record.Record) error {
+			k, err := decodeShareKey(r.Key)
+			if err != nil {
+				return fmt.Errorf("%s-%d at %d: %w", ShareStateTopic, p.ID(), r.Offset, err)
+			}
+			latest[k] = r.Value
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("spool: loading share groups: %w", err)
+		}
+	}
+	s := &b.shares
+	s.parts = map[shareKey]*sharePart{}
+	for k, v := range latest {
+		if v == nil {
+			continue // deleted
+		}
+		sp, err := share.Restore(b.shareConfig(), v)
+		if err != nil {
+			return fmt.Errorf("spool: loading share group %q's state of %s-%d: %w", k.group, k.topic, k.partition, err)
+		}
+		s.parts[k] = &sharePart{key: k, p: sp}
+	}
+	return nil
+}
+
+// shareParts lists a group's share-partitions of a topic that exist.
+func (b *Broker) sharePartsOf(groupID, topic string, n int32) []*sharePart {
+	s := &b.shares
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*sharePart
+	for i := range n {
+		if sp := s.parts[shareKey{groupID, topic, i}]; sp != nil {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
