@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(eosChildEnv); dir != "" {
 		os.Exit(runEOSChild(dir))
 	}
+	if dir := os.Getenv(shareChildEnv); dir != "" {
+		os.Exit(runShareChild(dir))
+	}
 	os.Exit(m.Run())
 }
 

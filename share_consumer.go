@@ -217,12 +217,17 @@ func (c *ShareConsumer) Poll(ctx context.Context) ([]ShareRecord, error) {
 }
 
 // acquire takes up to max records of one share-partition for the
-// consumer and makes their delivery counts durable before returning them
-// (so that a record that crashes the process still reaches the delivery
+// consumer, writing their delivery counts to the state topic first (so
+// that a record that crashes the process still reaches the delivery
 // limit). It also reports the partition's earliest lock deadline.
 func (c *ShareConsumer) acquire(ctx context.Context, sp *sharePart, log readable, max int) ([]ShareRecord, time.Time, error) {
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			sp.mu.Unlock()
+		}
+	}()
 	now := time.Now()
 	if err := c.b.applyArchived(ctx, sp, sp.p.Expire(now)); err != nil {
 		return nil, time.Time{}, err
@@ -257,10 +262,18 @@ func (c *ShareConsumer) acquire(ctx context.Context, sp *sharePart, log readable
 	if len(ds) == 0 {
 		return nil, sp.p.NextDeadline(), nil
 	}
-	if err := c.b.saveShare(ctx, sp); err != nil {
+	// The new delivery counts are written but not waited for: a process
+	// that crashes on a record (a poison record that kills its worker)
+	// leaves the write in the operating system's hands, so the count still
+	// reaches the limit; only an operating system crash can lose the last
+	// counts, and then records are delivered once more than counted.
+	if _, err := c.b.writeShare(ctx, sp); err != nil {
 		sp.p = before
 		return nil, time.Time{}, err
 	}
+	next := sp.p.NextDeadline()
+	sp.mu.Unlock()
+	locked = false
 	out := make([]ShareRecord, 0, len(ds))
 	j := 0
 	for _, d := range ds {
@@ -269,7 +282,7 @@ func (c *ShareConsumer) acquire(ctx context.Context, sp *sharePart, log readable
 		}
 		out = append(out, ShareRecord{Record: recs[j], DeliveryCount: d.DeliveryCount})
 	}
-	return out, sp.p.NextDeadline(), nil
+	return out, next, nil
 }
 
 // Ack acknowledges records as processed: they are never delivered again.
@@ -362,7 +375,12 @@ func (c *ShareConsumer) acknowledge(ctx context.Context, k shareKey, offsets []i
 		batches = append(batches, share.AckBatch{First: o, Last: o, Types: []share.AckType{t}})
 	}
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			sp.mu.Unlock()
+		}
+	}()
 	now := time.Now()
 	// Locks that expired are released first: their records are no longer
 	// this consumer's to acknowledge.
@@ -381,11 +399,19 @@ func (c *ShareConsumer) acknowledge(ctx context.Context, k shareKey, offsets []i
 		sp.p = before
 		return err
 	}
-	if err := c.b.saveShare(ctx, sp); err != nil {
+	wait, err := c.b.writeShare(ctx, sp)
+	if err != nil {
 		sp.p = before
 		return err
 	}
-	return nil
+	// Wait for the disk without the lock: concurrent acknowledgements
+	// share an fsync. A failure here leaves memory ahead of the disk; the
+	// state topic's log has failed and saves nothing more, and a restart
+	// loads what is durable - the acknowledgement was not confirmed, so
+	// delivering those records again breaks no promise.
+	sp.mu.Unlock()
+	locked = false
+	return wait()
 }
 
 // applyArchived dead-letters and saves what an expiry or release

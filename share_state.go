@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/share"
@@ -96,19 +97,44 @@ func (b *Broker) sharePartition(k shareKey, start func() int64) *sharePart {
 // durable, under the broker's flush policy, when it returns. Called with
 // sp.mu held.
 func (b *Broker) saveShare(ctx context.Context, sp *sharePart) error {
-	t, err := b.internalTopic(ctx, ShareStateTopic)
+	wait, err := b.writeShare(ctx, sp)
 	if err != nil {
 		return err
+	}
+	return wait()
+}
+
+// writeShare writes a share-partition's snapshot to the state topic and
+// returns at once, with the wait for it to be durable. Called with sp.mu
+// held; the wait is meant to be made without it, so that the changes of
+// many consumers share an fsync. Writes are durable in the order they
+// were made: a change is never durable before one it followed.
+func (b *Broker) writeShare(ctx context.Context, sp *sharePart) (wait func() error, err error) {
+	t, err := b.internalTopic(ctx, ShareStateTopic)
+	if err != nil {
+		return nil, err
 	}
 	p, err := t.partition(txn.PartitionFor(sp.key.String(), len(t.partitions())))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = p.Append(record.Record{Key: encodeShareKey(sp.key), Value: sp.p.Snapshot()})
-	if err != nil {
+	wrap := func(err error) error {
 		return fmt.Errorf("spool: saving share group %q's state of %s-%d: %w", sp.key.group, sp.key.topic, sp.key.partition, err)
 	}
-	return nil
+	batch, err := record.NewBatch([]record.Record{{Key: encodeShareKey(sp.key), Value: sp.p.Snapshot(), Timestamp: time.Now()}}, record.BatchOptions{})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	_, pending, err := p.AppendTrustedNoWait(batch)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return func() error {
+		if err := p.WaitDurable(pending); err != nil {
+			return wrap(err)
+		}
+		return nil
+	}, nil
 }
 
 // internalTopic returns an internal topic of the broker's own (the share
