@@ -136,14 +136,19 @@ func Open(dir string, opts Options) (*Broker, error) {
 	empty := map[string]*topic{}
 	b.topics.Store(&empty)
 	b.coord = group.NewCoordinator(group.Options{
-		Store:                     offsetStore{b},
-		MinSessionTimeout:         opts.GroupMinSessionTimeout,
-		MaxSessionTimeout:         opts.GroupMaxSessionTimeout,
-		InitialRebalanceDelay:     opts.GroupInitialRebalanceDelay,
-		OffsetsRetention:          opts.OffsetsRetention,
-		Owns:                      func(g string) error { return b.CheckGroupCoordinator(g) },
-		Logger:                    opts.Logger,
-		PartitionCount:            b.partitionCount,
+		Store:                 offsetStore{b},
+		MinSessionTimeout:     opts.GroupMinSessionTimeout,
+		MaxSessionTimeout:     opts.GroupMaxSessionTimeout,
+		InitialRebalanceDelay: opts.GroupInitialRebalanceDelay,
+		OffsetsRetention:      opts.OffsetsRetention,
+		Owns:                  func(g string) error { return b.CheckGroupCoordinator(g) },
+		Logger:                opts.Logger,
+		PartitionCount:        b.partitionCount,
+		ShareMemberGone: func(g, m string) {
+			if err := b.ShareReleaseMember(g, m); err != nil {
+				b.logger.Warn("releasing a share group member's records", "group", g, "member", m, "err", err)
+			}
+		},
 		ConsumerSessionTimeout:    opts.GroupConsumerSessionTimeout,
 		ConsumerHeartbeatInterval: opts.GroupConsumerHeartbeatInterval,
 		TopicNames:                b.userTopics,

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -126,163 +124,48 @@ func (b *Broker) NewShareConsumer(cfg ShareConsumerConfig) (*ShareConsumer, erro
 	return &ShareConsumer{b: b, cfg: cfg, member: newMemberID()}, nil
 }
 
-// parts are the share-partitions of the consumer's topics, with the
-// partitions they read.
-func (c *ShareConsumer) parts(ctx context.Context) ([]*sharePart, []readable, error) {
-	var sps []*sharePart
-	var logs []readable
-	for _, name := range c.cfg.Topics {
-		t, err := c.b.topic(ctx, name, false)
-		if err != nil {
-			if errors.Is(err, ErrUnknownTopic) {
-				continue // not created yet
-			}
-			return nil, nil, err
-		}
-		for _, p := range t.partitions() {
-			if p == nil {
-				continue // offline
-			}
-			start := p.StartOffset
-			if c.cfg.StartAtLatest {
-				start = p.HighWatermark
-			}
-			sps = append(sps, c.b.sharePartition(shareKey{c.cfg.Group, name, p.ID()}, start))
-			logs = append(logs, p)
-		}
-	}
-	return sps, logs, nil
-}
-
 // Poll returns records delivered to this consumer, waiting up to
 // FetchMaxWait (or until ctx ends) for at least one. Each is this
 // consumer's until acknowledged or until its lock expires.
 func (c *ShareConsumer) Poll(ctx context.Context) ([]ShareRecord, error) {
-	deadline := time.Now().Add(c.cfg.FetchMaxWait)
-	for {
-		c.mu.Lock()
-		closed, next := c.closed, c.next
-		c.next++
-		c.mu.Unlock()
-		if closed || c.b.closed.Load() {
-			return nil, ErrClosed
+	c.mu.Lock()
+	closed, next := c.closed, c.next
+	c.next++
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	var tps []TopicPartition
+	for _, name := range c.cfg.Topics {
+		for p := range max(c.b.partitionCount(name), 0) {
+			tps = append(tps, TopicPartition{Topic: name, Partition: p})
 		}
-		sps, logs, err := c.parts(ctx)
-		if err != nil {
-			return nil, err
+	}
+	if len(tps) > 0 {
+		k := next % len(tps)
+		tps = append(tps[k:], tps[:k]...) // fairness: start elsewhere each time
+	}
+	fetched, err := c.b.ShareAcquire(ctx, c.cfg.Group, c.member, tps, ShareAcquireOptions{
+		MaxRecords: c.cfg.MaxRecords, MaxWait: c.cfg.FetchMaxWait, StartAtLatest: c.cfg.StartAtLatest,
+	})
+	var out []ShareRecord
+	for _, f := range fetched {
+		a := &assignment{tp: TopicPartition{Topic: f.Topic, Partition: f.Partition}}
+		recs, derr := decodeRecords(nil, a, f.Batches, nil)
+		if derr != nil {
+			return out, derr
 		}
-		var out []ShareRecord
-		changed := make([]<-chan struct{}, 0, len(logs))
-		var wakeAt time.Time
-		for i := range sps {
-			k := (next + i) % len(sps)
-			changed = append(changed, logs[k].Changed())
-			if len(out) >= c.cfg.MaxRecords {
-				continue
+		j := 0
+		for _, d := range f.Acquired {
+			for j < len(recs) && recs[j].Offset < d.Offset {
+				j++
 			}
-			got, lockDeadline, err := c.acquire(ctx, sps[k], logs[k], c.cfg.MaxRecords-len(out))
-			if err != nil {
-				return out, err
-			}
-			out = append(out, got...)
-			if !lockDeadline.IsZero() && (wakeAt.IsZero() || lockDeadline.Before(wakeAt)) {
-				wakeAt = lockDeadline
+			if j < len(recs) && recs[j].Offset == d.Offset {
+				out = append(out, ShareRecord{Record: recs[j], DeliveryCount: d.DeliveryCount})
 			}
 		}
-		if len(out) > 0 {
-			return out, nil
-		}
-		wait := time.Until(deadline)
-		if wait <= 0 {
-			return nil, nil
-		}
-		if !wakeAt.IsZero() {
-			// A lock expiring frees a record to deliver.
-			wait = min(wait, max(time.Until(wakeAt), time.Millisecond))
-		}
-		timer := time.NewTimer(wait)
-		cases := []reflect.SelectCase{
-			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
-		}
-		for _, ch := range changed {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
-		}
-		chosen, _, _ := reflect.Select(cases)
-		timer.Stop()
-		if chosen == 0 {
-			return nil, ctx.Err()
-		}
 	}
-}
-
-// acquire takes up to max records of one share-partition for the
-// consumer, writing their delivery counts to the state topic first (so
-// that a record that crashes the process still reaches the delivery
-// limit). It also reports the partition's earliest lock deadline.
-func (c *ShareConsumer) acquire(ctx context.Context, sp *sharePart, log readable, max int) ([]ShareRecord, time.Time, error) {
-	sp.mu.Lock()
-	locked := true
-	defer func() {
-		if locked {
-			sp.mu.Unlock()
-		}
-	}()
-	now := time.Now()
-	if err := c.b.applyArchived(ctx, sp, sp.p.Expire(now)); err != nil {
-		return nil, time.Time{}, err
-	}
-	if ls := log.StartOffset(); sp.p.Start() < ls {
-		// Retention removed records the group had not finished.
-		sp.p.Reset(ls)
-	}
-	from, ok := sp.p.FetchOffset()
-	if !ok || from >= log.HighWatermark() {
-		return nil, sp.p.NextDeadline(), nil
-	}
-	res, err := log.Fetch(ctx, from, 0, DefaultMaxPartitionFetchBytes, 0)
-	if errors.Is(err, ErrOffsetOutOfRange) {
-		sp.p.Reset(log.StartOffset())
-		return nil, sp.p.NextDeadline(), nil
-	}
-	if err != nil {
-		return nil, time.Time{}, c.b.wrapClosed(fmt.Errorf("spool: share group %q: fetch %s-%d at %d: %w", c.cfg.Group, sp.key.topic, sp.key.partition, from, err))
-	}
-	a := &assignment{tp: TopicPartition{Topic: sp.key.topic, Partition: sp.key.partition}, pos: from}
-	recs, err := decodeRecords(nil, a, res.Batches, nil)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	present := make([]int64, len(recs))
-	for i, r := range recs {
-		present[i] = r.Offset
-	}
-	before := sp.p.Clone()
-	ds := sp.p.Acquire(c.member, present, max, now)
-	if len(ds) == 0 {
-		return nil, sp.p.NextDeadline(), nil
-	}
-	// The new delivery counts are written but not waited for: a process
-	// that crashes on a record (a poison record that kills its worker)
-	// leaves the write in the operating system's hands, so the count still
-	// reaches the limit; only an operating system crash can lose the last
-	// counts, and then records are delivered once more than counted.
-	if _, err := c.b.writeShare(ctx, sp); err != nil {
-		sp.p = before
-		return nil, time.Time{}, err
-	}
-	next := sp.p.NextDeadline()
-	sp.mu.Unlock()
-	locked = false
-	out := make([]ShareRecord, 0, len(ds))
-	j := 0
-	for _, d := range ds {
-		for recs[j].Offset != d.Offset {
-			j++
-		}
-		out = append(out, ShareRecord{Record: recs[j], DeliveryCount: d.DeliveryCount})
-	}
-	return out, next, nil
+	return out, err
 }
 
 // Ack acknowledges records as processed: they are never delivered again.
@@ -356,12 +239,6 @@ func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 }
 
 func (c *ShareConsumer) acknowledge(ctx context.Context, k shareKey, offsets []int64, t share.AckType) error {
-	c.b.shares.mu.Lock()
-	sp := c.b.shares.parts[k]
-	c.b.shares.mu.Unlock()
-	if sp == nil {
-		return fmt.Errorf("%w: nothing was delivered from it", share.ErrInvalidRecordState)
-	}
 	slices.Sort(offsets)
 	if len(slices.Compact(slices.Clone(offsets))) != len(offsets) {
 		return fmt.Errorf("%w: a record acknowledged twice", share.ErrInvalidRequest)
@@ -374,103 +251,7 @@ func (c *ShareConsumer) acknowledge(ctx context.Context, k shareKey, offsets []i
 		}
 		batches = append(batches, share.AckBatch{First: o, Last: o, Types: []share.AckType{t}})
 	}
-	sp.mu.Lock()
-	locked := true
-	defer func() {
-		if locked {
-			sp.mu.Unlock()
-		}
-	}()
-	now := time.Now()
-	// Locks that expired are released first: their records are no longer
-	// this consumer's to acknowledge.
-	if err := c.b.applyArchived(ctx, sp, sp.p.Expire(now)); err != nil {
-		return err
-	}
-	before := sp.p.Clone()
-	archived, err := sp.p.Acknowledge(c.member, batches, now)
-	if err != nil {
-		return err
-	}
-	if t == share.Renew {
-		return nil // nothing durable changed
-	}
-	if err := c.b.deadLetter(ctx, sp, archived); err != nil {
-		sp.p = before
-		return err
-	}
-	wait, err := c.b.writeShare(ctx, sp)
-	if err != nil {
-		sp.p = before
-		return err
-	}
-	// Wait for the disk without the lock: concurrent acknowledgements
-	// share an fsync. A failure here leaves memory ahead of the disk; the
-	// state topic's log has failed and saves nothing more, and a restart
-	// loads what is durable - the acknowledgement was not confirmed, so
-	// delivering those records again breaks no promise.
-	sp.mu.Unlock()
-	locked = false
-	return wait()
-}
-
-// applyArchived dead-letters and saves what an expiry or release
-// archived. Called with sp.mu held.
-func (b *Broker) applyArchived(ctx context.Context, sp *sharePart, archived []share.Delivery) error {
-	if len(archived) == 0 {
-		return nil
-	}
-	if err := b.deadLetter(ctx, sp, archived); err != nil {
-		return err
-	}
-	return b.saveShare(ctx, sp)
-}
-
-// deadLetter copies archived records to the group's dead letter topic,
-// if it has one. Called with sp.mu held, before the archiving is saved:
-// a crash between the two copies a record twice, never not at all.
-func (b *Broker) deadLetter(ctx context.Context, sp *sharePart, archived []share.Delivery) error {
-	b.shares.mu.Lock()
-	dlq := b.shares.dead[sp.key.group]
-	b.shares.mu.Unlock()
-	if dlq == "" || len(archived) == 0 {
-		return nil
-	}
-	t, err := b.topic(ctx, sp.key.topic, false)
-	if err != nil {
-		return err
-	}
-	p, err := t.partition(sp.key.partition)
-	if err != nil {
-		return err
-	}
-	for _, d := range archived {
-		off := d.Offset
-		res, err := p.Fetch(ctx, off, 0, 1, 0)
-		if err != nil {
-			return fmt.Errorf("spool: dead-lettering %s-%d at %d: %w", sp.key.topic, sp.key.partition, off, err)
-		}
-		a := &assignment{tp: TopicPartition{Topic: sp.key.topic, Partition: sp.key.partition}, pos: off}
-		recs, err := decodeRecords(nil, a, res.Batches, nil)
-		if err != nil {
-			return err
-		}
-		i := slices.IndexFunc(recs, func(r Record) bool { return r.Offset == off })
-		if i < 0 {
-			continue // compacted away meanwhile
-		}
-		r := recs[i]
-		count := d.DeliveryCount
-		hs := append(slices.Clone(r.Headers),
-			Header{Key: "spool.dlq.topic", Value: []byte(r.Topic)},
-			Header{Key: "spool.dlq.partition", Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
-			Header{Key: "spool.dlq.offset", Value: strconv.AppendInt(nil, r.Offset, 10)},
-			Header{Key: "spool.dlq.delivery.count", Value: strconv.AppendInt(nil, int64(count), 10)})
-		if _, err := b.Produce(ctx, Record{Topic: dlq, Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp}); err != nil {
-			return fmt.Errorf("spool: dead-lettering %s-%d at %d to %q: %w", sp.key.topic, sp.key.partition, off, dlq, err)
-		}
-	}
-	return nil
+	return c.b.ShareAcknowledge(ctx, k.group, c.member, TopicPartition{Topic: k.topic, Partition: k.partition}, batches)
 }
 
 // Close releases the records delivered to this consumer and not
@@ -488,13 +269,5 @@ func (c *ShareConsumer) Close() error {
 	if c.b.closed.Load() {
 		return nil
 	}
-	var errs []error
-	for _, name := range c.cfg.Topics {
-		for _, sp := range c.b.sharePartsOf(c.cfg.Group, name, max(c.b.partitionCount(name), 0)) {
-			sp.mu.Lock()
-			errs = append(errs, c.b.applyArchived(context.Background(), sp, sp.p.ReleaseMember(c.member)))
-			sp.mu.Unlock()
-		}
-	}
-	return errors.Join(errs...)
+	return c.b.ShareReleaseMember(c.cfg.Group, c.member)
 }

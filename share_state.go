@@ -22,6 +22,12 @@ import (
 //
 //	int16 version=0 | string group | string topic | int32 partition
 //
+// A share group's settings (ShareGroupConfig) are a record of their own,
+// in the partition of abs(javaHash(group)) % n:
+//
+//	key:   int16 version=1 | string group
+//	value: int16 version=0 | string auto.offset.reset
+//
 // Kafka's own records there (ShareSnapshot, ShareUpdate) have another
 // layout: Kafka's tools cannot read spool's.
 
@@ -42,16 +48,93 @@ func encodeShareKey(k shareKey) []byte {
 	return binary.BigEndian.AppendUint32(b, uint32(k.partition))
 }
 
-func decodeShareKey(b []byte) (shareKey, error) {
+// decodeShareKey parses a key: a share-partition's (config false) or a
+// group's settings' (config true, k.topic "").
+func decodeShareKey(b []byte) (k shareKey, config bool, err error) {
 	r := offsetReader{b: b}
-	if v := r.int16(); r.err == nil && v != 0 {
-		return shareKey{}, fmt.Errorf("%w: share key version %d", errBadOffsetRecord, v)
+	v := r.int16()
+	switch {
+	case r.err != nil:
+	case v == 0:
+		k = shareKey{group: r.string(), topic: r.string(), partition: r.int32()}
+	case v == 1:
+		k, config = shareKey{group: r.string()}, true
+	default:
+		return shareKey{}, false, fmt.Errorf("%w: share key version %d", errBadOffsetRecord, v)
 	}
-	k := shareKey{group: r.string(), topic: r.string(), partition: r.int32()}
 	if r.err == nil && len(r.b) > 0 {
 		r.err = errBadOffsetRecord
 	}
-	return k, r.err
+	return k, config, r.err
+}
+
+// ShareGroupConfig is a share group's settings (Kafka's group configs, set
+// with IncrementalAlterConfigs on resource type GROUP).
+type ShareGroupConfig struct {
+	// AutoOffsetReset is where a share-partition the group never consumed
+	// starts (share.auto.offset.reset): "latest" (Kafka's default: only
+	// records produced from then on) or "earliest".
+	AutoOffsetReset string
+}
+
+func encodeShareConfig(group string, cfg ShareGroupConfig) (key, value []byte) {
+	key = appendString(binary.BigEndian.AppendUint16(nil, 1), group)
+	value = appendString(binary.BigEndian.AppendUint16(nil, 0), cfg.AutoOffsetReset)
+	return key, value
+}
+
+func decodeShareConfig(b []byte) (ShareGroupConfig, error) {
+	r := offsetReader{b: b}
+	if v := r.int16(); r.err == nil && v != 0 {
+		return ShareGroupConfig{}, fmt.Errorf("%w: share group config version %d", errBadOffsetRecord, v)
+	}
+	cfg := ShareGroupConfig{AutoOffsetReset: r.string()}
+	if r.err == nil && (len(r.b) > 0 || cfg.AutoOffsetReset != "latest" && cfg.AutoOffsetReset != "earliest") {
+		r.err = errBadOffsetRecord
+	}
+	return cfg, r.err
+}
+
+// ShareGroupConfig returns a share group's settings (defaults for a group
+// that set none).
+func (b *Broker) ShareGroupConfig(group string) ShareGroupConfig {
+	b.shares.mu.Lock()
+	defer b.shares.mu.Unlock()
+	if cfg, ok := b.shares.configs[group]; ok {
+		return cfg
+	}
+	return ShareGroupConfig{AutoOffsetReset: "latest"}
+}
+
+// SetShareGroupConfig sets a share group's settings, durably when it
+// returns. AutoOffsetReset must be "latest" or "earliest"
+// (ErrInvalidConfig).
+func (b *Broker) SetShareGroupConfig(ctx context.Context, group string, cfg ShareGroupConfig) error {
+	if group == "" || cfg.AutoOffsetReset != "latest" && cfg.AutoOffsetReset != "earliest" {
+		return fmt.Errorf("%w: share group %q: share.auto.offset.reset %q (latest or earliest)", ErrInvalidConfig, group, cfg.AutoOffsetReset)
+	}
+	if b.opts.Node != nil || b.opts.Cluster != nil {
+		return fmt.Errorf("spool: share group %q: share groups need a standalone broker: %w", group, errors.ErrUnsupported)
+	}
+	t, err := b.internalTopic(ctx, ShareStateTopic)
+	if err != nil {
+		return err
+	}
+	p, err := t.partition(txn.PartitionFor(group, len(t.partitions())))
+	if err != nil {
+		return err
+	}
+	b.shares.mu.Lock()
+	defer b.shares.mu.Unlock()
+	k, v := encodeShareConfig(group, cfg)
+	if _, err := p.Append(record.Record{Key: k, Value: v}); err != nil {
+		return fmt.Errorf("spool: saving share group %q's config: %w", group, err)
+	}
+	if b.shares.configs == nil {
+		b.shares.configs = map[string]ShareGroupConfig{}
+	}
+	b.shares.configs[group] = cfg
+	return nil
 }
 
 // shareParts are the broker's share-partitions, loaded from the state
@@ -62,6 +145,8 @@ type shareParts struct {
 	// dead names, per group, the topic archived records go to (the last
 	// one a consumer of the group named).
 	dead map[string]string
+	// configs are the groups' settings.
+	configs map[string]ShareGroupConfig
 }
 
 // sharePart is one share-partition and the lock that serializes its
@@ -164,13 +249,22 @@ func (b *Broker) loadShares() error {
 		return nil
 	}
 	latest := map[shareKey][]byte{}
+	configs := map[string]ShareGroupConfig{}
 	for _, p := range t.partitions() {
 		err := readBatchesTo(p, p.HighWatermark(), func(_ record.Batch, r *record.Record) error {
-			k, err := decodeShareKey(r.Key)
+			k, config, err := decodeShareKey(r.Key)
+			if err == nil && config {
+				var cfg ShareGroupConfig
+				if cfg, err = decodeShareConfig(r.Value); err == nil {
+					configs[k.group] = cfg
+				}
+			}
 			if err != nil {
 				return fmt.Errorf("%s-%d at %d: %w", ShareStateTopic, p.ID(), r.Offset, err)
 			}
-			latest[k] = r.Value
+			if !config {
+				latest[k] = r.Value
+			}
 			return nil
 		})
 		if err != nil {
@@ -178,7 +272,7 @@ func (b *Broker) loadShares() error {
 		}
 	}
 	s := &b.shares
-	s.parts = map[shareKey]*sharePart{}
+	s.parts, s.configs = map[shareKey]*sharePart{}, configs
 	for k, v := range latest {
 		if v == nil {
 			continue // deleted

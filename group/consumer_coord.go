@@ -129,7 +129,7 @@ func (c *Coordinator) ConsumerHeartbeat(req ConsumerHeartbeatRequest) (ConsumerH
 		return resp, wrap(req.Group, op, ErrUnknownMemberID)
 	}
 	defer c.unlock(e)
-	if e.g.state != Empty {
+	if e.g.state != Empty || e.shareActive() {
 		return resp, wrap(req.Group, op, ErrGroupIDNotFound)
 	}
 	now := c.opts.Now()

@@ -190,3 +190,59 @@ func TestConsumerGroupLimits(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnknownMemberID)
 	require.Len(t, c.List(), 1, "the refusals created no group")
 }
+
+// Share groups: every member gets every partition of its subscription;
+// epochs move with the group; a stale epoch is fenced; leaving and
+// timing out are reported so that records are released; a share group
+// and the other protocols do not mix.
+func TestShareGroupMembership(t *testing.T) {
+	var gone []string
+	c, clock := consumerCoordinator(t, map[string]int32{"t": 2, "u": 1}, func(o *Options) {
+		o.ShareMemberGone = func(g, m string) { gone = append(gone, g+"/"+m) }
+	})
+	join := func(id string, subs ...string) ShareHeartbeatResponse {
+		t.Helper()
+		resp, err := c.ShareHeartbeat(ShareHeartbeatRequest{Group: "s", MemberID: id, SubscribedTopicNames: subs})
+		require.NoError(t, err)
+		return resp
+	}
+	a := join("a", "t")
+	require.Equal(t, map[string][]int32{"t": {0, 1}}, a.Assignment)
+	b := join("b", "t", "u")
+	require.Equal(t, map[string][]int32{"t": {0, 1}, "u": {0}}, b.Assignment, "every member gets every partition")
+	resp, err := c.ShareHeartbeat(ShareHeartbeatRequest{Group: "s", MemberID: "a", MemberEpoch: a.MemberEpoch})
+	require.NoError(t, err)
+	require.Nil(t, resp.Assignment, "unchanged")
+	_, err = c.ShareHeartbeat(ShareHeartbeatRequest{Group: "s", MemberID: "a", MemberEpoch: a.MemberEpoch + 5})
+	require.ErrorIs(t, err, ErrFencedMemberEpoch)
+	_, err = c.ShareHeartbeat(ShareHeartbeatRequest{Group: "s", MemberID: "z", MemberEpoch: 3})
+	require.ErrorIs(t, err, ErrUnknownMemberID)
+	_, err = c.ShareHeartbeat(ShareHeartbeatRequest{Group: "s", MemberID: "c"})
+	require.ErrorIs(t, err, ErrInvalidHeartbeat, "a join without a subscription")
+	// A subscription change re-sends the assignment at a new epoch.
+	resp, err = c.ShareHeartbeat(ShareHeartbeatRequest{Group: "s", MemberID: "a", MemberEpoch: a.MemberEpoch, SubscribedTopicNames: []string{"u"}})
+	require.NoError(t, err)
+	require.Equal(t, map[string][]int32{"u": {0}}, resp.Assignment)
+	require.Greater(t, resp.MemberEpoch, a.MemberEpoch)
+
+	_, err = c.ConsumerHeartbeat(ConsumerHeartbeatRequest{Group: "s", MemberID: "x", SubscribedTopics: []string{"t"}, Owned: map[string][]int32{}})
+	require.ErrorIs(t, err, ErrGroupIDNotFound, "a share group is not a consumer group")
+	jr := joinReq("", "t")
+	jr.Group = "s"
+	_, err = c.Join(context.Background(), jr)
+	require.ErrorIs(t, err, ErrInconsistentProtocol)
+	require.ErrorIs(t, c.Delete("s")["s"], ErrNonEmptyGroup)
+	require.Contains(t, c.List(), Listing{Group: "s", ProtocolType: "share", State: Stable, Type: "share"})
+
+	_, err = c.ShareHeartbeat(ShareHeartbeatRequest{Group: "s", MemberID: "b", MemberEpoch: -1})
+	require.NoError(t, err)
+	require.Equal(t, []string{"s/b"}, gone)
+	clock.Advance(DefaultConsumerSessionTimeout + time.Second)
+	c.Tick(clock.Now())
+	require.Equal(t, []string{"s/b", "s/a"}, gone)
+	d, err := c.ShareDescribe("s")
+	require.NoError(t, err)
+	require.Equal(t, Empty, d.State)
+	_, err = c.ShareDescribe("cg")
+	require.ErrorIs(t, err, ErrGroupIDNotFound)
+}

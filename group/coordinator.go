@@ -36,7 +36,10 @@ type entry struct {
 	g  *classicGroup
 	// cg is the group's KIP-848 side, once a ConsumerGroupHeartbeat came
 	// (consumer_coord.go); nil for a classic group.
-	cg      *consumerGroup
+	cg *consumerGroup
+	// sh is the group's KIP-932 membership, once a ShareGroupHeartbeat
+	// came (share_coord.go).
+	sh      *shareGroup
 	waiters map[uint64]chan reply
 	// dead marks an entry removed from the Coordinator's map (deleted,
 	// expired, or never used): whoever finds it looks the group up again.
@@ -156,7 +159,7 @@ func (c *Coordinator) forget(e *entry) {
 // unlock releases a locked entry, first discarding its group if a failed
 // request created it for nothing.
 func (c *Coordinator) unlock(e *entry) {
-	drop := !e.dead && e.g.pristine() && !e.consumerActive()
+	drop := !e.dead && e.g.pristine() && !e.consumerActive() && !e.shareActive()
 	if drop {
 		e.dead = true
 	}
@@ -250,7 +253,7 @@ func (c *Coordinator) Join(ctx context.Context, req JoinRequest) (JoinResponse, 
 		c.unlock(e)
 		return JoinResponse{MemberID: req.MemberID}, wrap(req.Group, "join", ErrCoordinatorClosed)
 	}
-	if e.consumerActive() {
+	if e.consumerActive() || e.shareActive() {
 		// A consumer group with members: Kafka would take the classic
 		// member into it (KIP-848's mixed groups); spool does not.
 		c.unlock(e)
@@ -401,6 +404,10 @@ func (c *Coordinator) List() []Listing {
 		case e.dead:
 		case e.consumerActive():
 			out = append(out, Listing{Group: e.g.id, ProtocolType: ConsumerProtocolType, State: e.cg.state(), Type: "consumer"})
+		case e.shareActive():
+			out = append(out, Listing{Group: e.g.id, ProtocolType: "share", State: Stable, Type: "share"})
+		case e.sh != nil:
+			out = append(out, Listing{Group: e.g.id, ProtocolType: "share", State: Empty, Type: "share"})
 		default:
 			out = append(out, Listing{Group: e.g.id, ProtocolType: e.g.protocolType, State: e.g.state, Type: "classic"})
 		}
@@ -432,7 +439,7 @@ func (c *Coordinator) delete(id string) error {
 	if e == nil {
 		return wrap(id, "delete", ErrGroupIDNotFound)
 	}
-	if e.g.state != Empty || e.consumerActive() {
+	if e.g.state != Empty || e.consumerActive() || e.shareActive() {
 		c.unlock(e)
 		return wrap(id, "delete", ErrNonEmptyGroup)
 	}
@@ -451,6 +458,7 @@ func (c *Coordinator) delete(id string) error {
 // the caller does, which makes timing deterministic in tests.
 func (c *Coordinator) Tick(now time.Time) {
 	for _, e := range c.entries() {
+		var gone []string
 		e.mu.Lock()
 		if !e.dead {
 			e.g.tick(now)
@@ -459,8 +467,14 @@ func (c *Coordinator) Tick(now time.Time) {
 				e.cg.tick(now)
 				c.settleConsumer(e, now)
 			}
+			gone = c.tickShare(e, now)
 		}
 		c.unlock(e)
+		for _, m := range gone {
+			if c.opts.ShareMemberGone != nil {
+				c.opts.ShareMemberGone(e.g.id, m)
+			}
+		}
 	}
 }
 
@@ -669,9 +683,9 @@ func (c *Coordinator) ExpireOffsets(now time.Time, retention time.Duration) []st
 			continue
 		}
 		g := e.g
-		if e.consumerActive() {
+		if e.consumerActive() || e.sh != nil {
 			// Kafka keeps a consumer group's offsets while it has
-			// members.
+			// members (a share group keeps no offsets here).
 			e.mu.Unlock()
 			continue
 		}

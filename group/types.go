@@ -86,6 +86,10 @@ type Options struct {
 	// (group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms).
 	// Defaults 45 s and 5 s.
 	ConsumerSessionTimeout, ConsumerHeartbeatInterval time.Duration
+	// ShareMemberGone, if set, is told of every share group member that
+	// left or whose session expired (after the group's lock is released),
+	// so that the records it holds go to others at once.
+	ShareMemberGone func(group, member string)
 }
 
 func (o Options) withDefaults() Options {
@@ -320,8 +324,8 @@ type Listing struct {
 	Group        string
 	ProtocolType string
 	State        State
-	// Type is "classic", or "consumer" for a KIP-848 consumer group with
-	// members.
+	// Type is "classic", "consumer" for a KIP-848 consumer group with
+	// members, or "share" for a KIP-932 share group.
 	Type string
 }
 

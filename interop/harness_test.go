@@ -76,11 +76,23 @@ type server struct {
 // transcript and a summary of the requests always.
 func startServer(t *testing.T, args ...string) *server {
 	t.Helper()
+	return startServerIn(t, t.TempDir(), args...)
+}
+
+// restartServer starts "spool serve" again on a server's data directory
+// (after the test stopped or killed it), behind a new proxy.
+func restartServer(t *testing.T, old *server, args ...string) *server {
+	t.Helper()
+	return startServerIn(t, old.Data, args...)
+}
+
+func startServerIn(t *testing.T, data string, args ...string) *server {
+	t.Helper()
 	px, err := newProxy()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{t: t, Data: t.TempDir(), Addr: px.addr(), done: make(chan struct{}), proxy: px}
+	s := &server{t: t, Data: data, Addr: px.addr(), done: make(chan struct{}), proxy: px}
 	flush := os.Getenv("INTEROP_FLUSH")
 	if flush == "" {
 		flush = "none"

@@ -588,6 +588,11 @@ func (c *conn) describeResource(typ kmsg.ConfigResourceType, name string) ([]con
 			return nil, nil // the cluster-wide dynamic defaults: none
 		}
 		return c.s.brokerViews(), nil
+	case kmsg.ConfigResourceTypeGroupConfig:
+		if name == "" {
+			return nil, &apiError{errInvalidRequest, "Group name must not be empty"}
+		}
+		return c.groupConfigViews(name), nil
 	}
 	return nil, &apiError{errInvalidRequest, fmt.Sprintf("Unsupported resource type %v", typ)}
 }

@@ -36,6 +36,8 @@ func incrementalAlterConfigs(c *conn, req *request, body *kmsg.IncrementalAlterC
 					return applyIncrementalOps(own, def, ops)
 				})
 			}
+		case r.ResourceType == kmsg.ConfigResourceTypeGroupConfig:
+			err = c.alterGroupConfig(r.ResourceName, r.Configs, body.ValidateOnly)
 		default:
 			err = c.alterBroker(r.ResourceType, r.ResourceName, len(r.Configs))
 		}

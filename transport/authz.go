@@ -60,6 +60,9 @@ var gates = map[int16]func(c *conn, req *request) int16{
 	kmsg.ConsumerGroupHeartbeat.Int16(): groupGate(func(r kmsg.Request) string {
 		return r.(*kmsg.ConsumerGroupHeartbeatRequest).Group
 	}),
+	kmsg.ShareGroupHeartbeat.Int16(): groupGate(func(r kmsg.Request) string {
+		return r.(*kmsg.ShareGroupHeartbeatRequest).GroupID
+	}),
 	kmsg.InitProducerID.Int16(): func(c *conn, req *request) int16 {
 		body := req.body.(*kmsg.InitProducerIDRequest)
 		if body.TransactionalID != nil && *body.TransactionalID != "" {
@@ -126,6 +129,9 @@ func (c *conn) canConfigs(op acl.Operation, typ kmsg.ConfigResourceType, name st
 	if typ == kmsg.ConfigResourceTypeTopic {
 		return c.can(op, acl.ResourceTopic, name)
 	}
+	if typ == kmsg.ConfigResourceTypeGroupConfig {
+		return c.can(op, acl.ResourceGroup, name)
+	}
 	return c.canCluster(op)
 }
 
@@ -134,6 +140,9 @@ func (c *conn) canConfigs(op acl.Operation, typ kmsg.ConfigResourceType, name st
 func configsDenied(typ kmsg.ConfigResourceType) error {
 	if typ == kmsg.ConfigResourceTypeTopic {
 		return &apiError{errTopicAuthorizationFailed, "Authorization failed."}
+	}
+	if typ == kmsg.ConfigResourceTypeGroupConfig {
+		return &apiError{errGroupAuthorizationFailed, "Authorization failed."}
 	}
 	return &apiError{errClusterAuthorizationFailed, "Authorization failed."}
 }
@@ -210,7 +219,8 @@ var checkedInHandler = []kmsg.Key{
 	kmsg.IncrementalAlterConfigs, kmsg.OffsetDelete, kmsg.DescribeProducers, kmsg.DescribeTransactions,
 	kmsg.ListTransactions, kmsg.DescribeACLs, kmsg.CreateACLs, kmsg.DeleteACLs,
 	kmsg.DescribeClientQuotas, kmsg.AlterClientQuotas, kmsg.DescribeUserSCRAMCredentials, kmsg.AlterUserSCRAMCredentials,
-	kmsg.ConsumerGroupDescribe,
+	kmsg.ConsumerGroupDescribe, kmsg.ShareGroupDescribe, kmsg.ShareFetch, kmsg.ShareAcknowledge,
+	kmsg.DescribeShareGroupOffsets, kmsg.AlterShareGroupOffsets, kmsg.DeleteShareGroupOffsets,
 }
 
 // unchecked are the APIs Kafka serves to anyone: before authentication,

@@ -48,6 +48,10 @@ type conn struct {
 	busy       sync.Mutex // held while a request is served
 	closeAfter bool       // close once the current response is written
 
+	// shares are the connection's share sessions (share.go); only the
+	// request being served, and serve's exit, touch them.
+	shares map[shareSessionKey]*shareSession
+
 	// throttledUntil is when the connection may be read again after a
 	// response that told the client to wait (quotas, KIP-219): it is
 	// muted until then.
@@ -115,6 +119,9 @@ func (c *conn) serve() {
 		c.releaseFrame()
 		c.cancel()
 		c.nc.Close()
+		c.busy.Lock() // a request still being served finishes first
+		c.releaseShares()
+		c.busy.Unlock()
 	}()
 	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
 		return

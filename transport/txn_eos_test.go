@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv(eosChildEnv); addr != "" {
 		os.Exit(runEOSChild(addr))
 	}
+	if addr := os.Getenv(shareChildEnv); addr != "" {
+		os.Exit(runShareChild(addr))
+	}
 	os.Exit(m.Run())
 }
 

@@ -96,6 +96,10 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return nil
 	})
 	sessionTimeout := fs.Duration("session-timeout", 0, "a cluster node silent this long is fenced and its partitions get new leaders (broker.session.timeout.ms) (default 2s)")
+	consumerHB := fs.Duration("group-consumer-heartbeat-interval", 0, "how often KIP-848 consumer group and share group members heartbeat (group.consumer.heartbeat.interval.ms) (default 5s)")
+	consumerSession := fs.Duration("group-consumer-session-timeout", 0, "a KIP-848 consumer group or share group member silent this long leaves the group (group.consumer.session.timeout.ms) (default 45s)")
+	shareLock := fs.Duration("share-lock-duration", 0, "how long a share group member holds a record it has not acknowledged (group.share.record.lock.duration.ms) (default 30s)")
+	shareLimit := fs.Int("share-delivery-limit", 0, "deliveries of a record before a share group archives it (group.share.delivery.count.limit) (default 5)")
 	var level slog.Level
 	fs.Func("log-level", "the least `level` logged: debug, info, warn or error (default info)", func(s string) error {
 		return level.UnmarshalText([]byte(s))
@@ -219,7 +223,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if *rf < 0 || *minISR < 0 || *sessionTimeout < 0 {
 		return usageError(fs, "--default-replication-factor, --min-insync-replicas and --session-timeout must not be negative")
 	}
-	bopts := spool.Options{Flush: bf.flush}
+	if *consumerHB < 0 || *consumerSession < 0 || *shareLock < 0 || *shareLimit < 0 {
+		return usageError(fs, "--group-consumer-heartbeat-interval, --group-consumer-session-timeout, --share-lock-duration and --share-delivery-limit must not be negative")
+	}
+	bopts := spool.Options{Flush: bf.flush, GroupConsumerHeartbeatInterval: *consumerHB, GroupConsumerSessionTimeout: *consumerSession,
+		ShareLockDuration: *shareLock, ShareDeliveryLimit: *shareLimit}
 	bopts.Topic.ReplicationFactor, bopts.Topic.MinInSyncReplicas = *rf, *minISR
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opts.Logger = logger
