@@ -460,6 +460,9 @@ func (g *consumerGroup) remove(m *consumerMember) {
 	delete(g.members, m.id)
 	delete(g.target, m.id)
 	g.epoch++
+	// The target follows at once: the others learn their share of the
+	// freed partitions at their next heartbeats.
+	g.computeTarget()
 }
 
 // countsChanged reports whether a subscribed topic's partition count

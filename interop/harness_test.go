@@ -374,6 +374,38 @@ func (l *ledger) checkAtLeastOnce(t *testing.T) (redelivered int) {
 	return dups
 }
 
+// checkDelivered is the check for share groups, which keep no order: every
+// acknowledged record was delivered, each delivery the record acknowledged
+// at its offset. It returns how many deliveries repeated one.
+func (l *ledger) checkDelivered(t *testing.T) (redelivered int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[tp]map[int64]bool{}
+	for _, d := range l.delivered {
+		if want, ok := l.produced[d.tp][d.offset]; !ok || want != d.value {
+			t.Errorf("%v offset %d delivered %q, acknowledged %q", d.tp, d.offset, d.value, want)
+			continue
+		}
+		if seen[d.tp] == nil {
+			seen[d.tp] = map[int64]bool{}
+		}
+		if seen[d.tp][d.offset] {
+			redelivered++
+		}
+		seen[d.tp][d.offset] = true
+	}
+	for p, offs := range l.produced {
+		for o := range offs {
+			if !seen[p][o] {
+				t.Errorf("%v offset %d acknowledged, never delivered", p, o)
+			}
+		}
+	}
+	t.Logf("%d deliveries, %d of them repeats", len(l.delivered), redelivered)
+	return redelivered
+}
+
 // errorResponses lists the proxy's transcript lines of responses that
 // carried an error code.
 func (s *server) errorResponses() string {
