@@ -203,7 +203,7 @@ func (b *Broker) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	}
 	c := &Consumer{b: b, cfg: cfg, byTP: map[TopicPartition]*assignment{}}
 	if cfg.Group != "" {
-		g, err := newGroupMember(b, &c.cfg)
+		g, err := newGroupMember(b, c)
 		if err != nil {
 			return nil, err
 		}
@@ -511,15 +511,11 @@ func (c *Consumer) poll(ctx context.Context) ([]Record, error) {
 		if c.isClosed() {
 			return nil, ErrClosed
 		}
-		ensure := c.ensureActive
-		if c.grp.m848 != nil {
-			ensure = c.ensureActive848
-		}
-		if err := ensure(ctx); err != nil {
+		if err := c.ensureActive(ctx); err != nil {
 			return nil, err
 		}
 		c.maybeAutoCommit(ctx)
-		wake = c.grp.wakeChan()
+		wake = c.grp.m.Wake()
 	}
 	for {
 		recs, bytes, changed, err := c.fetchOnce(ctx)

@@ -3,6 +3,8 @@ package spool
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -270,4 +272,12 @@ func (c *ShareConsumer) Close() error {
 		return nil
 	}
 	return c.b.ShareReleaseMember(c.cfg.Group, c.member)
+}
+
+// newMemberID is a share consumer's member id: 16 random bytes, as
+// Kafka's clients make theirs.
+func newMemberID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }

@@ -1,11 +1,22 @@
-// Package group implements Kafka's consumer groups - the classic group
-// protocol as Kafka's broker-side GroupCoordinator runs it (JoinGroup,
-// SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete,
-// DescribeGroups, ListGroups, DeleteGroups) - and the client-side pieces a
-// consumer needs to take part: the consumer protocol's Subscription and
+// Package group implements Kafka's groups on both sides.
+//
+// The coordinator (Coordinator) runs the three group protocols of Kafka 4:
+// the classic protocol as Kafka's broker-side GroupCoordinator runs it
+// (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+// OffsetDelete, DescribeGroups, ListGroups, DeleteGroups), KIP-848's
+// consumer protocol (ConsumerHeartbeat, ConsumerDescribe: the coordinator
+// assigns, members reconcile revoke-first; consumer.go), and the
+// membership of KIP-932's share groups (ShareHeartbeat, ShareDescribe;
+// the records themselves are shared out by package share).
+//
+// The member side (ConsumerGroup) joins a group through a Client - Local
+// for a Coordinator in this process, transport.GroupClient over the Kafka
+// protocol - under either protocol, and reconciles its owner to what the
+// group gives it. With it come the consumer protocol's Subscription and
 // Assignment codec and the range, roundrobin and cooperative-sticky
-// assignors. It knows nothing of networks: the transport package maps
-// requests and the sentinel errors to the wire, one error per Kafka code.
+// assignors. The package knows nothing of networks: the transport package
+// maps requests and the sentinel errors to the wire, one error per Kafka
+// code.
 //
 // # The protocol
 //
@@ -92,10 +103,15 @@
 //
 // # Not implemented
 //
-// Group membership is not persisted: after a restart members get
-// ErrUnknownMemberID and rejoin, as after a coordinator failover. Nor are
-// transactional offset commits (TxnOffsetCommit), per-partition retention of
-// OffsetCommit v1, KIP-848's consumer protocol, or JoinGroup v9's
-// SkipAssignment (a restarted static leader is told the old leader id
-// instead, as before v9).
+// Group membership is not persisted, under any protocol: after a restart
+// members get ErrUnknownMemberID and rejoin, as after a coordinator
+// failover (Kafka keeps KIP-848 epochs and assignments in
+// __consumer_offsets; spool's members rejoin from nothing, which costs a
+// reassignment, and a member that has not noticed yet may still process
+// a partition its successor took - at-least-once, not exclusive, across a
+// coordinator restart). Nor are per-partition retention of OffsetCommit
+// v1, JoinGroup v9's SkipAssignment (a restarted static leader is told the
+// old leader id instead, as before v9), or the conversion of a group that
+// has members from one protocol to the other (an empty group moves
+// freely).
 package group

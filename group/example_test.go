@@ -119,3 +119,40 @@ func ExampleEncodeSubscription() {
 	// Output:
 	// [orders] [orders-1] 4 <nil>
 }
+
+// A member of a KIP-848 consumer group on a coordinator in this process:
+// the first Poll joins and takes the partitions the coordinator assigns
+// (OnAssigned runs inside Poll); commits go under the member's epoch;
+// Close gives the partitions up (OnRevoked) and leaves. Over the network,
+// transport.GroupClient stands where group.Local does.
+func ExampleConsumerGroup() {
+	coord := group.NewCoordinator(group.Options{
+		PartitionCount: func(topic string) int32 { return 3 }, // the coordinator assigns: it knows the topics
+	})
+	defer coord.Close()
+
+	m, err := group.NewConsumerGroup(group.Local(coord), group.ConsumerGroupConfig{
+		Group: "billing", Topics: []string{"orders"}, Protocol: group.ProtocolConsumer,
+		OnAssigned: func(_ context.Context, tps []group.TopicPartition) { fmt.Println("assigned", tps) },
+		OnRevoked:  func(_ context.Context, tps []group.TopicPartition) { fmt.Println("revoked", tps) },
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	if err := m.Poll(ctx); err != nil { // joins; call it again whenever m.Wake() is closed
+		panic(err)
+	}
+	_, epoch := m.Identity()
+	fmt.Println("member epoch", epoch)
+	if err := m.Commit(ctx, map[group.TopicPartition]group.OffsetAndMetadata{{Topic: "orders", Partition: 0}: {Offset: 10}}); err != nil {
+		panic(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// assigned [orders-0 orders-1 orders-2]
+	// member epoch 1
+	// revoked [orders-0 orders-1 orders-2]
+}
