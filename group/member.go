@@ -33,9 +33,13 @@ func Local(c *Coordinator) Client { return local{c} }
 
 type local struct{ c *Coordinator }
 
-func (l local) Join(ctx context.Context, req JoinRequest) (JoinResponse, error) { return l.c.Join(ctx, req) }
-func (l local) Sync(ctx context.Context, req SyncRequest) (SyncResponse, error) { return l.c.Sync(ctx, req) }
-func (l local) Heartbeat(_ context.Context, req HeartbeatRequest) error         { return l.c.Heartbeat(req) }
+func (l local) Join(ctx context.Context, req JoinRequest) (JoinResponse, error) {
+	return l.c.Join(ctx, req)
+}
+func (l local) Sync(ctx context.Context, req SyncRequest) (SyncResponse, error) {
+	return l.c.Sync(ctx, req)
+}
+func (l local) Heartbeat(_ context.Context, req HeartbeatRequest) error { return l.c.Heartbeat(req) }
 func (l local) Leave(_ context.Context, req LeaveRequest) error {
 	errs, err := l.c.Leave(req)
 	return errors.Join(append(errs, err)...)
