@@ -372,7 +372,8 @@ func (c *Coordinator) Leave(req LeaveRequest) ([]error, error) {
 }
 
 // Describe describes a group (DescribeGroups). ErrGroupIDNotFound if there
-// is no such group.
+// is no such group, or it is a KIP-848 consumer group or a share group with
+// members (ConsumerDescribe, ShareDescribe), as Kafka answers.
 func (c *Coordinator) Describe(group string) (Description, error) {
 	if err := c.owns(group); err != nil {
 		return Description{Group: group, State: Dead}, wrap(group, "describe", err)
@@ -382,15 +383,11 @@ func (c *Coordinator) Describe(group string) (Description, error) {
 		return Description{Group: group, State: Dead}, wrap(group, "describe", ErrGroupIDNotFound)
 	}
 	defer c.unlock(e)
-	if e.consumerActive() {
-		// DescribeGroups of a consumer group: its state and members,
-		// without classic protocol data.
-		d := Description{Group: group, State: e.cg.state(), ProtocolType: ConsumerProtocolType, Generation: e.cg.epoch}
-		for _, m := range e.cg.describe().Members {
-			d.Members = append(d.Members, MemberDescription{MemberID: m.MemberID, GroupInstanceID: m.InstanceID,
-				ClientID: m.ClientID, ClientHost: m.ClientHost})
-		}
-		return d, nil
+	if e.consumerActive() || e.shareActive() {
+		// As Kafka answers DescribeGroups for a group of the KIP-848 or
+		// KIP-932 protocols (ConsumerDescribe and ShareDescribe describe
+		// them).
+		return Description{Group: group, State: Dead}, wrap(group, "describe", fmt.Errorf("%w: not a classic group", ErrGroupIDNotFound))
 	}
 	return e.g.describe(), nil
 }

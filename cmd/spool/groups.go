@@ -116,7 +116,19 @@ type partitionOffsets struct {
 func describeGroup(b *spool.Broker, name string, w io.Writer) error {
 	d, err := b.Groups().Describe(name)
 	if errors.Is(err, group.ErrGroupIDNotFound) {
-		return fmt.Errorf("group %q does not exist", name)
+		// A KIP-848 consumer group: shown in the classic layout, its
+		// epoch as the generation and its assignor as the protocol.
+		cd, cerr := b.Groups().ConsumerDescribe(name)
+		if cerr != nil {
+			return fmt.Errorf("group %q does not exist", name)
+		}
+		d, err = group.Description{Group: name, State: cd.State, ProtocolType: group.ConsumerProtocolType,
+			Protocol: cd.Assignor, Generation: cd.Epoch}, nil
+		for _, m := range cd.Members {
+			d.Members = append(d.Members, group.MemberDescription{MemberID: m.MemberID, GroupInstanceID: m.InstanceID,
+				ClientID: m.ClientID, ClientHost: m.ClientHost,
+				Assignment: group.EncodeAssignment(group.Assignment{Version: group.AssignmentVersion, Partitions: m.Assignment})})
+		}
 	}
 	if err != nil {
 		return err

@@ -300,3 +300,30 @@ func TestGroupsHelp(t *testing.T) {
 		require.Contains(t, stdout, f)
 	}
 }
+
+// A KIP-848 consumer group is listed and described in the same layout:
+// its epoch as the generation, its server assignor as the protocol.
+func TestGroupsWithKIP848Members(t *testing.T) {
+	b := openGroupsBroker(t, t.TempDir())
+	defer b.Close()
+	require.NoError(t, b.CreateTopic(t.Context(), "orders", spool.TopicConfig{Partitions: 2}))
+	produceTimed(t, b, "orders", 2, 0, 3)
+	c, err := b.NewConsumer(spool.ConsumerConfig{
+		Group: "billing", Topics: []string{"orders"}, GroupProtocol: spool.GroupProtocolConsumer,
+		AutoOffsetReset: spool.ResetEarliest, AutoCommit: spool.Disabled, FetchMaxWait: 20 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	defer c.Close()
+	pollN(t, c, 6)
+	require.NoError(t, c.Commit(t.Context()))
+
+	var out bytes.Buffer
+	listGroups(b, &out)
+	require.Equal(t, [][]string{{"billing", "Stable", "consumer"}}, tableRows(t, out.String(), "GROUP", "STATE", "PROTOCOL-TYPE"))
+	out.Reset()
+	require.NoError(t, describeGroup(b, "billing", &out))
+	require.Contains(t, out.String(), "Group: billing\tState: Stable\tProtocolType: consumer\tProtocol: uniform\tGeneration: 1\tLeader: -\tMembers: 1\n")
+	require.Contains(t, out.String(), "orders-0,orders-1")
+	err = deleteGroup(b, "billing")
+	require.ErrorIs(t, err, group.ErrNonEmptyGroup)
+}
