@@ -15,8 +15,9 @@ import (
 // (each = an acknowledgement, so a state write, per record) or each poll's
 // records at once (batch), against a classic group's single consumer that
 // commits its offsets after each poll (classic-1). Share consumers take at
-// most 100 records a poll, so that 16 of them share the 2000 records a
-// partition may have in flight. The broker keeps its
+// most 500 records a poll (the default), fewer when there are so many that
+// they would not all get a share of the 2000 records a partition may have
+// in flight (125 each for 16). The broker keeps its
 // default durability (log.Sync): an acknowledgement or commit is on disk
 // when it returns. One op is one record.
 //
@@ -72,7 +73,7 @@ func BenchmarkShareGroup(b *testing.B) {
 				var wg sync.WaitGroup
 				cs := make([]*ShareConsumer, consumers)
 				for i := range cs {
-					c, err := br.NewShareConsumer(ShareConsumerConfig{Group: "g", Topics: []string{"jobs"}, FetchMaxWait: 10 * time.Millisecond, MaxRecords: 100})
+					c, err := br.NewShareConsumer(ShareConsumerConfig{Group: "g", Topics: []string{"jobs"}, FetchMaxWait: 10 * time.Millisecond, MaxRecords: min(DefaultShareMaxRecords, 2000/consumers)})
 					if err != nil {
 						b.Fatal(err)
 					}
