@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/spoolmq/spool"
+	"github.com/spoolmq/spool/group"
+	"github.com/spoolmq/spool/share"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -309,4 +311,90 @@ func TestShareFetchRefusals(t *testing.T) {
 	require.Equal(t, int16(0), acknowledge(ack(0, 2, 1)))
 	require.Equal(t, int64(3), b.ShareGroupOffsets(group)[spool.TopicPartition{Topic: "jobs", Partition: 0}])
 	require.Equal(t, errInvalidRecordState, acknowledge(ack(0, 0, 1)), "acknowledged already")
+}
+
+// Describe/Alter/DeleteShareGroupOffsets: the group's start offsets are
+// read, moved and forgotten over the wire - moved and forgotten only while
+// the group has no members (NON_EMPTY_GROUP).
+func TestShareGroupOffsetsAdmin(t *testing.T) {
+	b, _, addr := testServer(t, shareTestOptions, Options{})
+	groupCreateTopic(t, b, "jobs", 2)
+	groupAppend(t, b, "jobs", 2, 10)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	require.NoError(t, err)
+	defer cl.Close()
+	setEarliest(t, cl, "q")
+	ctx := context.Background()
+	// A member takes and accepts the first 4 of partition 0.
+	_, err = b.Groups().ShareHeartbeat(groupShareJoin("q", "m1"))
+	require.NoError(t, err)
+	fetched, err := b.ShareAcquire(ctx, "q", "m1", []spool.TopicPartition{{Topic: "jobs", Partition: 0}}, spool.ShareAcquireOptions{MaxRecords: 4})
+	require.NoError(t, err)
+	require.Len(t, fetched, 1)
+	require.NoError(t, b.ShareAcknowledge(ctx, "q", "m1", spool.TopicPartition{Topic: "jobs", Partition: 0},
+		[]share.AckBatch{{First: 0, Last: 3, Types: []share.AckType{share.Accept}}}))
+
+	describe := func() map[int32][2]int64 {
+		t.Helper()
+		req := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
+		g := kmsg.NewDescribeShareGroupOffsetsRequestGroup()
+		g.GroupID = "q"
+		rt := kmsg.NewDescribeShareGroupOffsetsRequestGroupTopic()
+		rt.Topic, rt.Partitions = "jobs", []int32{0, 1}
+		g.Topics = append(g.Topics, rt)
+		req.Groups = append(req.Groups, g)
+		resp, err := req.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		out := map[int32][2]int64{}
+		for _, p := range resp.Groups[0].Topics[0].Partitions {
+			require.Zero(t, p.ErrorCode)
+			out[p.Partition] = [2]int64{p.StartOffset, p.Lag}
+		}
+		return out
+	}
+	require.Equal(t, map[int32][2]int64{0: {4, 6}, 1: {-1, -1}}, describe())
+
+	alter := func(off int64) int16 {
+		t.Helper()
+		req := kmsg.NewPtrAlterShareGroupOffsetsRequest()
+		req.GroupID = "q"
+		rt := kmsg.NewAlterShareGroupOffsetsRequestTopic()
+		rt.Topic = "jobs"
+		rp := kmsg.NewAlterShareGroupOffsetsRequestTopicPartition()
+		rp.Partition, rp.StartOffset = 0, off
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		return resp.ErrorCode
+	}
+	deleteOffsets := func() int16 {
+		t.Helper()
+		req := kmsg.NewPtrDeleteShareGroupOffsetsRequest()
+		req.GroupID = "q"
+		rt := kmsg.NewDeleteShareGroupOffsetsRequestTopic()
+		rt.Topic = "jobs"
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		return resp.ErrorCode
+	}
+	require.Equal(t, errNonEmptyGroup, alter(8), "the group has a member")
+	require.Equal(t, errNonEmptyGroup, deleteOffsets())
+	require.Equal(t, map[int32][2]int64{0: {4, 6}, 1: {-1, -1}}, describe(), "refused: unchanged")
+
+	_, err = b.Groups().ShareHeartbeat(group.ShareHeartbeatRequest{Group: "q", MemberID: "m1", MemberEpoch: -1})
+	require.NoError(t, err)
+	require.Equal(t, errNone, alter(8))
+	require.Equal(t, map[int32][2]int64{0: {8, 2}, 1: {-1, -1}}, describe())
+	fetched, err = b.ShareAcquire(ctx, "q", "m2", []spool.TopicPartition{{Topic: "jobs", Partition: 0}}, spool.ShareAcquireOptions{})
+	require.NoError(t, err)
+	require.Equal(t, int64(8), fetched[0].Acquired[0].Offset, "delivery resumes at the new start")
+	require.NoError(t, b.ShareReleaseMember("q", "m2"))
+	require.Equal(t, errNone, deleteOffsets())
+	require.Equal(t, map[int32][2]int64{0: {-1, -1}, 1: {-1, -1}}, describe(), "forgotten")
+}
+
+func groupShareJoin(g, member string) group.ShareHeartbeatRequest {
+	return group.ShareHeartbeatRequest{Group: g, MemberID: member, SubscribedTopicNames: []string{"jobs"}}
 }
