@@ -157,21 +157,23 @@ func (b *Broker) shareAcquireOne(ctx context.Context, sp *sharePart, log readabl
 	f := ShareFetched{Topic: sp.key.topic, Partition: sp.key.partition}
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
+	if sp.deleted {
+		return f, time.Time{}, nil
+	}
 	now := time.Now()
-	if err := b.applyArchived(ctx, sp, sp.p.Expire(now)); err != nil {
+	if err := b.expireShare(ctx, sp, now); err != nil {
 		return f, time.Time{}, err
 	}
-	if ls := log.StartOffset(); sp.p.Start() < ls {
-		// Retention removed records the group had not finished.
-		sp.p.Reset(ls)
-	}
+	// Retention removed records the group had not finished: they are
+	// gone; what it finished past them stays done.
+	sp.p.Trim(log.StartOffset())
 	from, ok := sp.p.FetchOffset()
 	if !ok || from >= log.HighWatermark() {
 		return f, sp.p.NextDeadline(), nil
 	}
 	res, err := log.Fetch(ctx, from, 0, maxBytes, 0)
 	if errors.Is(err, ErrOffsetOutOfRange) {
-		sp.p.Reset(log.StartOffset())
+		sp.p.Trim(log.StartOffset())
 		return f, sp.p.NextDeadline(), nil
 	}
 	if err != nil {
@@ -182,7 +184,7 @@ func (b *Broker) shareAcquireOne(ctx context.Context, sp *sharePart, log readabl
 		return f, time.Time{}, err
 	}
 	before := sp.p.Clone()
-	ds := sp.p.Acquire(member, present, max, now)
+	ds := sp.p.Acquire(member, from, present, max, now)
 	if len(ds) == 0 {
 		return f, sp.p.NextDeadline(), nil
 	}
@@ -234,10 +236,13 @@ func (b *Broker) ShareAcknowledge(ctx context.Context, group, member string, tp 
 			sp.mu.Unlock()
 		}
 	}()
+	if sp.deleted {
+		return fmt.Errorf("%w: the group's state of %s-%d was deleted", share.ErrInvalidRecordState, tp.Topic, tp.Partition)
+	}
 	now := time.Now()
 	// Locks that expired are released first: their records are no longer
 	// the member's to acknowledge.
-	if err := b.applyArchived(ctx, sp, sp.p.Expire(now)); err != nil {
+	if err := b.expireShare(ctx, sp, now); err != nil {
 		return err
 	}
 	before := sp.p.Clone()
@@ -291,7 +296,13 @@ func (b *Broker) ShareReleaseMember(group, member string) error {
 	var errs []error
 	for _, sp := range sps {
 		sp.mu.Lock()
-		errs = append(errs, b.applyArchived(context.Background(), sp, sp.p.ReleaseMember(member)))
+		if !sp.deleted {
+			before := sp.p.Clone()
+			if err := b.applyArchived(context.Background(), sp, sp.p.ReleaseMember(member)); err != nil {
+				sp.p = before // the records stay the member's until their locks expire
+				errs = append(errs, err)
+			}
+		}
 		sp.mu.Unlock()
 	}
 	return errors.Join(errs...)
@@ -300,6 +311,21 @@ func (b *Broker) ShareReleaseMember(group, member string) error {
 // ShareLockDuration is how long an acquired record stays with its member.
 func (b *Broker) ShareLockDuration() time.Duration {
 	return share.New(b.shareConfig(), 0).Config().LockDuration
+}
+
+// expireShare releases the records whose locks expired by now,
+// dead-lettering and saving what that archives; if that fails the
+// partition is as it was. Called with sp.mu held.
+func (b *Broker) expireShare(ctx context.Context, sp *sharePart, now time.Time) error {
+	if d := sp.p.NextDeadline(); d.IsZero() || !now.After(d) {
+		return nil
+	}
+	before := sp.p.Clone()
+	if err := b.applyArchived(ctx, sp, sp.p.Expire(now)); err != nil {
+		sp.p = before
+		return err
+	}
+	return nil
 }
 
 // applyArchived dead-letters and saves what an expiry or release
@@ -387,7 +413,7 @@ func (b *Broker) ShareGroupOffsets(group string) map[TopicPartition]int64 {
 // while the group has no members (group.ErrNonEmptyGroup). Durable when
 // it returns.
 func (b *Broker) AlterShareGroupOffsets(ctx context.Context, group string, offsets map[TopicPartition]int64) error {
-	if b.coord.IsShareGroup(group) {
+	if b.shareGroupBusy(group) {
 		return fmt.Errorf("spool: share group %q: %w", group, groupErrNonEmpty)
 	}
 	for tp, off := range offsets {
@@ -426,7 +452,7 @@ func (b *Broker) AlterShareGroupOffsets(ctx context.Context, group string, offse
 // group's share.auto.offset.reset says. Only while the group has no
 // members (group.ErrNonEmptyGroup). Durable when it returns.
 func (b *Broker) DeleteShareGroupOffsets(ctx context.Context, group string, topics []string) error {
-	if b.coord.IsShareGroup(group) {
+	if b.shareGroupBusy(group) {
 		return fmt.Errorf("spool: share group %q: %w", group, groupErrNonEmpty)
 	}
 	b.shares.mu.Lock()
@@ -446,14 +472,30 @@ func (b *Broker) DeleteShareGroupOffsets(ctx context.Context, group string, topi
 		if err != nil {
 			return err
 		}
+		// Under the share-partition's lock, so that no acknowledgement
+		// writes a snapshot after the tombstone; marked deleted, so that
+		// none writes one later through a stale reference.
+		sp.mu.Lock()
 		if _, err := p.Append(record.Record{Key: encodeShareKey(sp.key)}); err != nil { // a tombstone
+			sp.mu.Unlock()
 			return fmt.Errorf("spool: deleting share group %q's state of %s-%d: %w", group, sp.key.topic, sp.key.partition, err)
 		}
+		sp.deleted = true
 		b.shares.mu.Lock()
 		delete(b.shares.parts, sp.key)
 		b.shares.mu.Unlock()
+		sp.mu.Unlock()
 	}
 	return nil
+}
+
+// shareGroupBusy reports whether a share group has members: over the wire
+// (the coordinator's), or in process (open ShareConsumers).
+func (b *Broker) shareGroupBusy(group string) bool {
+	b.shares.mu.Lock()
+	local := b.shares.local[group]
+	b.shares.mu.Unlock()
+	return local > 0 || b.coord.IsShareGroup(group)
 }
 
 func compareTopicPartitions(a, b TopicPartition) int {

@@ -123,6 +123,12 @@ func (b *Broker) NewShareConsumer(cfg ShareConsumerConfig) (*ShareConsumer, erro
 		b.shares.dead[cfg.Group] = cfg.DeadLetterTopic
 		b.shares.mu.Unlock()
 	}
+	b.shares.mu.Lock()
+	if b.shares.local == nil {
+		b.shares.local = map[string]int{}
+	}
+	b.shares.local[cfg.Group]++
+	b.shares.mu.Unlock()
 	return &ShareConsumer{b: b, cfg: cfg, member: newMemberID()}, nil
 }
 
@@ -268,6 +274,11 @@ func (c *ShareConsumer) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
+	c.b.shares.mu.Lock()
+	if c.b.shares.local[c.cfg.Group]--; c.b.shares.local[c.cfg.Group] <= 0 {
+		delete(c.b.shares.local, c.cfg.Group)
+	}
+	c.b.shares.mu.Unlock()
 	if c.b.closed.Load() {
 		return nil
 	}

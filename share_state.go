@@ -147,6 +147,8 @@ type shareParts struct {
 	dead map[string]string
 	// configs are the groups' settings.
 	configs map[string]ShareGroupConfig
+	// local counts each group's open in-process ShareConsumers.
+	local map[string]int
 }
 
 // sharePart is one share-partition and the lock that serializes its
@@ -155,6 +157,9 @@ type sharePart struct {
 	mu  sync.Mutex
 	key shareKey
 	p   *share.Partition
+	// deleted: DeleteShareGroupOffsets removed it; a holder of a stale
+	// reference must not save it again.
+	deleted bool
 }
 
 func (b *Broker) shareConfig() share.Config {
@@ -195,6 +200,9 @@ func (b *Broker) saveShare(ctx context.Context, sp *sharePart) error {
 // many consumers share an fsync. Writes are durable in the order they
 // were made: a change is never durable before one it followed.
 func (b *Broker) writeShare(ctx context.Context, sp *sharePart) (wait func() error, err error) {
+	if sp.deleted {
+		return nil, fmt.Errorf("spool: share group %q's state of %s-%d was deleted", sp.key.group, sp.key.topic, sp.key.partition)
+	}
 	t, err := b.internalTopic(ctx, ShareStateTopic)
 	if err != nil {
 		return nil, err

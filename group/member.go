@@ -99,8 +99,10 @@ type ConsumerGroupConfig struct {
 	InstanceID string
 	// SessionTimeout and HeartbeatInterval time a classic member
 	// (session.timeout.ms, heartbeat.interval.ms; defaults 45 s and 3 s,
-	// at most a third of the session timeout); a KIP-848 member is timed
-	// by its coordinator. RebalanceTimeout bounds how long the member may
+	// at most a third of the session timeout); a KIP-848 member
+	// heartbeats as its coordinator says, and gives its partitions up when
+	// no heartbeat has been answered for SessionTimeout (set it to the
+	// coordinator's group.consumer.session.timeout.ms, 45 s by default). RebalanceTimeout bounds how long the member may
 	// take to rejoin (classic) or give up partitions (KIP-848)
 	// (max.poll.interval.ms; default 5 min).
 	SessionTimeout, RebalanceTimeout, HeartbeatInterval time.Duration
@@ -381,6 +383,7 @@ func (g *ConsumerGroup) pollClassic(ctx context.Context) error {
 		}
 		again, err := g.joinOnce(ctx)
 		if err != nil {
+			g.raise() // not in the group: the next Poll tries again
 			return err
 		}
 		g.joined = true
@@ -569,6 +572,8 @@ func (g *ConsumerGroup) poll848(ctx context.Context) error {
 			g.revoke(ctx, g.Assigned())
 		}
 		if err := g.join848(ctx); err != nil {
+			// Not a member: the next Poll tries again.
+			g.joined = false
 			return err
 		}
 		g.joined = true
@@ -659,6 +664,7 @@ func (g *ConsumerGroup) start848Heartbeat() {
 	g.hbStop, g.hbDone = make(chan struct{}), make(chan struct{})
 	go func(stop, done chan struct{}) {
 		defer close(done)
+		lastOK := time.Now()
 		for {
 			g.mu.Lock()
 			interval := g.interval
@@ -682,17 +688,24 @@ func (g *ConsumerGroup) start848Heartbeat() {
 			resp, err := g.cl.ConsumerHeartbeat(context.Background(), ConsumerHeartbeatRequest{
 				Group: g.cfg.Group, MemberID: id, MemberEpoch: epoch, InstanceID: g.cfg.InstanceID, Owned: owned,
 			})
+			if err != nil && time.Since(lastOK) > g.cfg.SessionTimeout {
+				// Unheard for a session timeout: the coordinator has
+				// removed us by now and may have given our partitions
+				// away. Give them up too (as Kafka's consumer does).
+				err = fmt.Errorf("%w: no heartbeat answered for %v: %w", ErrUnknownMemberID, g.cfg.SessionTimeout, err)
+			}
 			switch {
 			case err == nil:
-			case errors.Is(err, ErrFencedMemberEpoch), errors.Is(err, ErrUnknownMemberID):
-				// Out of the group: the next Poll gives everything up and
-				// rejoins.
+				lastOK = time.Now()
+			case errors.Is(err, ErrFencedMemberEpoch), errors.Is(err, ErrUnknownMemberID), errors.Is(err, ErrCoordinatorClosed):
+				// Out of the group, or the coordinator is gone: the next
+				// Poll gives everything up and rejoins (or reports why it
+				// cannot). A member that stopped heartbeating must not
+				// keep its partitions: the group gives them away.
 				g.mu.Lock()
 				g.fenced = err
 				g.mu.Unlock()
 				g.raise()
-				return
-			case errors.Is(err, ErrCoordinatorClosed):
 				return
 			default:
 				continue // the coordinator is moving, or unreachable: try again

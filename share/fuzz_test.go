@@ -11,7 +11,7 @@ import (
 // it gives works.
 func FuzzRestore(f *testing.F) {
 	p := New(Config{}, 5)
-	p.Acquire("m", []int64{5, 6, 8}, 10, time.Unix(0, 0))
+	p.Acquire("m", 5, []int64{5, 6, 8}, 10, time.Unix(0, 0))
 	_, _ = p.Acknowledge("m", []AckBatch{{First: 6, Last: 6, Types: []AckType{Accept}}}, time.Unix(0, 0))
 	f.Add(p.Snapshot())
 	f.Add(New(Config{}, 0).Snapshot())
@@ -30,7 +30,7 @@ func FuzzRestore(f *testing.F) {
 		}
 		from, ok := q.FetchOffset()
 		if ok {
-			q.Acquire("x", []int64{from, from + 1}, 2, time.Unix(0, 0))
+			q.Acquire("x", from, []int64{from, from + 1}, 2, time.Unix(0, 0))
 		}
 		q.Expire(time.Unix(100, 0))
 	})

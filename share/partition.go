@@ -180,20 +180,30 @@ type Delivery struct {
 
 // Acquire hands member up to max of the offsets the log holds, in order,
 // locked until now plus the lock duration. present are the offsets of the
-// records a read from FetchOffset found, ascending; an offset at or past
-// End that the read passed over holds no record and is archived (a gap),
-// as is an offset below the new End that present skips. Offsets that are
-// not Available are passed over.
-func (p *Partition) Acquire(member string, present []int64, max int, now time.Time) []Delivery {
+// records a read of the log from offset from found, ascending. An offset
+// the read passed over holds no record (a transaction marker, a record
+// compacted away): at or past End it is archived as a gap, and below End
+// one still Available is archived too - it can never be delivered. Offsets
+// that are not Available are passed over.
+func (p *Partition) Acquire(member string, from int64, present []int64, max int, now time.Time) []Delivery {
 	var out []Delivery
 	deadline := now.Add(p.cfg.LockDuration)
+	next := from
 	for _, off := range present {
 		if len(out) >= max {
 			break
 		}
 		if off < p.start {
+			next = off + 1
 			continue
 		}
+		// Offsets the read passed over, below End: gone from the log.
+		for o := max64(next, p.start); o < min(off, p.End()); o++ {
+			if r := &p.recs[o-p.start]; r.state == Available {
+				r.state = Archived
+			}
+		}
+		next = off + 1
 		if off >= p.End() {
 			if off-p.start >= int64(p.cfg.MaxInFlight) {
 				break
@@ -215,6 +225,13 @@ func (p *Partition) Acquire(member string, present []int64, max int, now time.Ti
 	return out
 }
 
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
 // AckBatch acknowledges the offsets First to Last: with one type for all,
 // or one per offset.
 type AckBatch struct {
@@ -224,8 +241,8 @@ type AckBatch struct {
 
 // Acknowledge applies member's acknowledgements at now, all or none:
 // batches must be ascending and disjoint (ErrInvalidRequest) and every
-// offset Acquired by member (ErrInvalidRecordState) - Gap acknowledges an
-// offset that holds no record, whatever its state. It returns the offsets
+// offset Acquired by member (ErrInvalidRecordState), Gap's included (it
+// says an offset delivered to the member held no record). It returns the offsets
 // archived because they were rejected or reached the delivery limit.
 func (p *Partition) Acknowledge(member string, batches []AckBatch, now time.Time) (archived []Delivery, err error) {
 	prev := int64(-1)
@@ -247,7 +264,7 @@ func (p *Partition) Acknowledge(member string, batches []AckBatch, now time.Time
 				return nil, fmt.Errorf("%w: offset %d is not in flight (%d-%d)", ErrInvalidRecordState, off, p.start, p.End())
 			}
 			r := p.recs[off-p.start]
-			if t != Gap && (r.state != Acquired || r.owner != member) {
+			if r.state != Acquired || r.owner != member {
 				return nil, fmt.Errorf("%w: offset %d is %v", ErrInvalidRecordState, off, r.state)
 			}
 		}
@@ -336,9 +353,24 @@ func (p *Partition) NextDeadline() time.Time {
 }
 
 // Reset moves the start to offset, forgetting every state (Kafka's
-// AlterShareGroupOffsets, or a start below the log's after retention).
+// AlterShareGroupOffsets).
 func (p *Partition) Reset(offset int64) {
 	p.start, p.recs = offset, nil
+}
+
+// Trim moves the start up to offset, where the log now starts (retention
+// removed what was below): the states of offsets from there on are kept,
+// so acknowledged records stay done.
+func (p *Partition) Trim(offset int64) {
+	switch {
+	case offset <= p.start:
+	case offset >= p.End():
+		p.Reset(offset)
+	default:
+		p.recs = slices.Delete(p.recs, 0, int(offset-p.start))
+		p.start = offset
+		p.advance()
+	}
 }
 
 // advance moves the start past the done prefix.

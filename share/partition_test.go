@@ -48,7 +48,7 @@ func TestStateTransitions(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := New(cfg, 0)
-			got := p.Acquire("m", []int64{0, 1}, 1, t0)
+			got := p.Acquire("m", 0, []int64{0, 1}, 1, t0)
 			require.Equal(t, []Delivery{{Offset: 0, DeliveryCount: 1}}, got)
 			archived := tc.do(p)
 			s, c := p.State(0)
@@ -73,7 +73,7 @@ func TestDeliveryLimitArchivesPoison(t *testing.T) {
 		off, ok := p.FetchOffset()
 		require.True(t, ok)
 		require.Equal(t, int64(10), off)
-		got := p.Acquire(fmt.Sprint("m", i), []int64{10, 11}, 1, now)
+		got := p.Acquire(fmt.Sprint("m", i), 10, []int64{10, 11}, 1, now)
 		require.Equal(t, []Delivery{{Offset: 10, DeliveryCount: i}}, got)
 		var archived []Delivery
 		if i%2 == 0 {
@@ -91,7 +91,7 @@ func TestDeliveryLimitArchivesPoison(t *testing.T) {
 		}
 	}
 	require.Equal(t, int64(11), p.Start())
-	require.Equal(t, []Delivery{{Offset: 11, DeliveryCount: 1}}, p.Acquire("m", []int64{11}, 5, now))
+	require.Equal(t, []Delivery{{Offset: 11, DeliveryCount: 1}}, p.Acquire("m", 11, []int64{11}, 5, now))
 }
 
 // Acknowledgements the protocol does not allow are refused, and change
@@ -99,8 +99,8 @@ func TestDeliveryLimitArchivesPoison(t *testing.T) {
 // twice, overlapping or out of order, with the wrong number of types.
 func TestAcknowledgeRefusals(t *testing.T) {
 	p := New(Config{}, 0)
-	require.Len(t, p.Acquire("a", offsets(0, 4), 4, t0), 4)
-	require.Len(t, p.Acquire("b", offsets(4, 6), 2, t0), 2)
+	require.Len(t, p.Acquire("a", 0, offsets(0, 4), 4, t0), 4)
+	require.Len(t, p.Acquire("b", 4, offsets(4, 6), 2, t0), 2)
 	_, err := p.Acknowledge("a", []AckBatch{ack(0, 0, Accept)}, t0)
 	require.NoError(t, err)
 	before := p.Snapshot()
@@ -138,11 +138,11 @@ func TestAcknowledgeRefusals(t *testing.T) {
 func TestAcquireGapsAndWindow(t *testing.T) {
 	p := New(Config{MaxInFlight: 5}, 0)
 	// The log holds 0, 1, 3 (2 is a transaction marker), then 4...
-	got := p.Acquire("a", []int64{0, 1, 3}, 10, t0)
+	got := p.Acquire("a", 0, []int64{0, 1, 3}, 10, t0)
 	require.Len(t, got, 3)
 	s, _ := p.State(2)
 	require.Equal(t, Archived, s, "a gap")
-	got = p.Acquire("a", offsets(4, 9), 10, t0)
+	got = p.Acquire("a", 4, offsets(4, 9), 10, t0)
 	require.Equal(t, []Delivery{{Offset: 4, DeliveryCount: 1}}, got, "the window is full at 5")
 	_, ok := p.FetchOffset()
 	require.False(t, ok, "nothing to acquire")
@@ -152,7 +152,7 @@ func TestAcquireGapsAndWindow(t *testing.T) {
 	off, ok := p.FetchOffset()
 	require.True(t, ok)
 	require.Equal(t, int64(5), off)
-	require.Len(t, p.Acquire("b", offsets(5, 20), 10, t0), 3)
+	require.Len(t, p.Acquire("b", 5, offsets(5, 20), 10, t0), 3)
 }
 
 // A snapshot restores what must survive: acknowledged and archived
@@ -161,7 +161,7 @@ func TestAcquireGapsAndWindow(t *testing.T) {
 func TestSnapshotRestore(t *testing.T) {
 	cfg := Config{DeliveryLimit: 3}
 	p := New(cfg, 100)
-	p.Acquire("a", offsets(100, 106), 10, t0)
+	p.Acquire("a", 100, offsets(100, 106), 10, t0)
 	_, err := p.Acknowledge("a", []AckBatch{ack(101, 101, Accept), ack(103, 103, Reject), ack(104, 104, Release)}, t0)
 	require.NoError(t, err)
 	q, err := Restore(cfg, p.Snapshot())
@@ -175,7 +175,7 @@ func TestSnapshotRestore(t *testing.T) {
 			require.Equal(t, 1, c, "offset %d keeps its count", off)
 		}
 	}
-	got := q.Acquire("b", offsets(100, 106), 10, t0)
+	got := q.Acquire("b", 100, offsets(100, 106), 10, t0)
 	require.Equal(t, []Delivery{{100, 2}, {102, 2}, {104, 2}, {105, 2}}, got)
 
 	snap := p.Snapshot()
@@ -213,7 +213,7 @@ func TestRandomDeliveries(t *testing.T) {
 				if !ok {
 					continue
 				}
-				for _, d := range p.Acquire(m, offsets(from, min(from+20, logEnd)), 1+rng.IntN(8), now) {
+				for _, d := range p.Acquire(m, from, offsets(from, min(from+20, logEnd)), 1+rng.IntN(8), now) {
 					require.NotContains(t, held, d.Offset, "seed %d: %d acquired twice", seed, d.Offset)
 					require.False(t, accepted[d.Offset], "seed %d: %d delivered after its accept", seed, d.Offset)
 					require.LessOrEqual(t, d.DeliveryCount, cfg.DeliveryLimit)
@@ -266,4 +266,51 @@ func TestRandomDeliveries(t *testing.T) {
 			require.Equal(t, p.Start(), q.Start())
 		}
 	}
+}
+
+// Retention moving the log's start past the share start keeps the states
+// from there on: acknowledged records stay done.
+func TestTrimKeepsAcknowledged(t *testing.T) {
+	p := New(Config{}, 100)
+	p.Acquire("a", 100, offsets(100, 110), 10, t0)
+	_, err := p.Acknowledge("a", []AckBatch{ack(105, 109, Accept)}, t0)
+	require.NoError(t, err)
+	p.Trim(103)
+	require.Equal(t, int64(103), p.Start())
+	for o := int64(105); o < 110; o++ {
+		_, err := p.Acknowledge("a", []AckBatch{ack(o, o, Accept)}, t0)
+		require.ErrorIs(t, err, ErrInvalidRecordState, "offset %d is done", o)
+	}
+	p.ReleaseMember("a")
+	got := p.Acquire("b", 103, offsets(103, 115), 20, t0)
+	require.Equal(t, []int64{103, 104, 110, 111, 112, 113, 114}, deliveredOffsets(got), "103-104 again, 105-109 never")
+	p.Trim(200)
+	require.Equal(t, int64(200), p.Start())
+	require.Equal(t, int64(200), p.End())
+}
+
+// An Available offset the log no longer holds (compacted away) is archived
+// when a read passes over it, so the start does not stall on it.
+func TestAcquireArchivesVanishedOffsets(t *testing.T) {
+	p := New(Config{MaxInFlight: 4}, 0)
+	p.Acquire("a", 0, offsets(0, 4), 4, t0)
+	p.ReleaseMember("a")
+	// 1 and 2 were compacted away meanwhile.
+	got := p.Acquire("b", 0, []int64{0, 3, 4, 5}, 10, t0)
+	require.Equal(t, []int64{0, 3}, deliveredOffsets(got))
+	_, err := p.Acknowledge("b", []AckBatch{ack(0, 0, Accept), ack(3, 3, Accept)}, t0)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), p.Start(), "past the vanished offsets")
+	// Gap, like any acknowledgement, only for what the member holds.
+	p.Acquire("b", 4, []int64{4}, 1, t0)
+	_, err = p.Acknowledge("c", []AckBatch{ack(4, 4, Gap)}, t0)
+	require.ErrorIs(t, err, ErrInvalidRecordState)
+}
+
+func deliveredOffsets(ds []Delivery) []int64 {
+	out := make([]int64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Offset
+	}
+	return out
 }

@@ -78,10 +78,10 @@ func groupErrorOf(code int16, msg *string) error {
 		err = group.ErrGroupMaxSizeReached
 	case errOffsetMetadataTooLarge:
 		err = group.ErrOffsetMetadataTooLarge
-	case errNotCoordinator, errCoordinatorLoadInProgress:
+	case errNotCoordinator, errCoordinatorLoadInProgress, errCoordinatorNotAvailable:
+		// Retriable: the coordinator moved, is loading or is down for a
+		// while; the group is found again.
 		err = group.ErrNotCoordinator
-	case errCoordinatorNotAvailable:
-		err = group.ErrCoordinatorClosed
 	case errFencedMemberEpoch:
 		err = group.ErrFencedMemberEpoch
 	case errUnreleasedInstanceID:
