@@ -150,6 +150,8 @@ type consumerMember struct {
 	rackID   string
 	clientID string
 	host     string
+	// classic, for a member that speaks the classic protocol (mixed.go).
+	classic *classicMember
 }
 
 // regexSource is the subscription's regular expression as sent.

@@ -87,6 +87,9 @@ type ConsumerDescription struct {
 type ConsumerMemberDescription struct {
 	MemberID, InstanceID, RackID, ClientID, ClientHost string
 	MemberEpoch                                        int32
+	// Classic is a member that speaks the classic protocol (an upgrade
+	// under way).
+	Classic bool
 	SubscribedTopics                                   []string // as sent
 	SubscribedRegex                                    string
 	// Assignment is what the member owns now; Target what it is moving
@@ -129,10 +132,12 @@ func (c *Coordinator) ConsumerHeartbeat(req ConsumerHeartbeatRequest) (ConsumerH
 		return resp, wrap(req.Group, op, ErrUnknownMemberID)
 	}
 	defer c.unlock(e)
-	if e.g.state != Empty || e.shareActive() {
+	now := c.opts.Now()
+	if e.shareActive() || e.g.state != Empty && !c.convertClassic(e, now) {
+		// A share group, or a classic group whose members do not all
+		// speak the consumer protocol type.
 		return resp, wrap(req.Group, op, ErrGroupIDNotFound)
 	}
-	now := c.opts.Now()
 	if e.cg == nil {
 		e.cg = c.newConsumerGroup(req.Group)
 	}
@@ -216,7 +221,7 @@ func (g *consumerGroup) describe() ConsumerDescription {
 		d.Members = append(d.Members, ConsumerMemberDescription{
 			MemberID: m.id, InstanceID: m.instanceID, RackID: m.rackID, ClientID: m.clientID, ClientHost: m.host,
 			MemberEpoch: m.epoch, SubscribedTopics: slices.Clone(m.names), SubscribedRegex: m.regexSource(),
-			Assignment: byTopic(m.assigned), Target: byTopic(g.target[m.id]),
+			Assignment: byTopic(m.assigned), Target: byTopic(g.target[m.id]), Classic: m.classic != nil,
 		})
 	}
 	return d
@@ -259,12 +264,16 @@ func (g *consumerGroup) validateCommit(memberID string, epoch int32, tps []Topic
 	if epoch == m.epoch {
 		return nil
 	}
+	stale := ErrStaleMemberEpoch
+	if m.classic != nil {
+		stale = ErrIllegalGeneration // what a classic member understands
+	}
 	if epoch > m.epoch || epoch < 0 {
-		return ErrStaleMemberEpoch
+		return stale
 	}
 	for _, p := range tps {
 		if !m.assigned[tp{p.Topic, p.Partition}] && !m.revoking[tp{p.Topic, p.Partition}] {
-			return ErrStaleMemberEpoch
+			return stale
 		}
 	}
 	return nil

@@ -41,9 +41,9 @@ func TestConsumerGroupBesideClassic(t *testing.T) {
 
 	stableOfOne(t, c, joinReq("", "t")) // another group id is classic
 	jr := joinReq("", "t")
-	jr.Group = "cg"
+	jr.Group, jr.ProtocolType = "cg", "connect"
 	_, err := c.Join(context.Background(), jr)
-	require.ErrorIs(t, err, ErrInconsistentProtocol)
+	require.ErrorIs(t, err, ErrInconsistentProtocol, "a classic member of another protocol type")
 
 	require.Equal(t, []Listing{
 		{Group: "cg", ProtocolType: ConsumerProtocolType, State: Stable, Type: "consumer"},

@@ -253,11 +253,17 @@ func (c *Coordinator) Join(ctx context.Context, req JoinRequest) (JoinResponse, 
 		c.unlock(e)
 		return JoinResponse{MemberID: req.MemberID}, wrap(req.Group, "join", ErrCoordinatorClosed)
 	}
-	if e.consumerActive() || e.shareActive() {
-		// A consumer group with members: Kafka would take the classic
-		// member into it (KIP-848's mixed groups); spool does not.
+	if e.shareActive() {
 		c.unlock(e)
 		return JoinResponse{MemberID: req.MemberID}, wrap(req.Group, "join", ErrInconsistentProtocol)
+	}
+	if e.consumerActive() {
+		// A classic member in a consumer group (mixed.go).
+		now := c.opts.Now()
+		resp, err := e.cg.joinClassic(req, now, c.cfg.newID)
+		c.settleConsumer(e, now)
+		c.unlock(e)
+		return resp, wrap(req.Group, "join", err)
 	}
 	e.cg = nil // an empty consumer group becomes a classic one
 	out := e.g.join(c.opts.Now(), req)
@@ -303,6 +309,11 @@ func (c *Coordinator) Sync(ctx context.Context, req SyncRequest) (SyncResponse, 
 		c.unlock(e)
 		return SyncResponse{}, wrap(req.Group, "sync", ErrCoordinatorClosed)
 	}
+	if e.consumerActive() {
+		resp, err := e.cg.syncClassic(req, c.opts.Now())
+		c.unlock(e)
+		return resp, wrap(req.Group, "sync", err)
+	}
 	out := e.g.sync(c.opts.Now(), req)
 	var ch chan reply
 	if out.waiter != 0 {
@@ -337,6 +348,9 @@ func (c *Coordinator) Heartbeat(req HeartbeatRequest) error {
 		return wrap(req.Group, "heartbeat", ErrUnknownMemberID)
 	}
 	defer c.unlock(e)
+	if e.consumerActive() {
+		return wrap(req.Group, "heartbeat", e.cg.heartbeatClassic(req, c.opts.Now()))
+	}
 	err := e.g.heartbeat(c.opts.Now(), req)
 	c.deliver(e)
 	return wrap(req.Group, "heartbeat", err)
@@ -364,6 +378,13 @@ func (c *Coordinator) Leave(req LeaveRequest) ([]error, error) {
 		return errs, nil
 	}
 	defer c.unlock(e)
+	if e.consumerActive() {
+		for i, err := range e.cg.leaveClassic(req.Members) {
+			errs[i] = wrap(req.Group, "leave", err)
+		}
+		c.settleConsumer(e, c.opts.Now())
+		return errs, nil
+	}
 	for i, err := range e.g.leave(c.opts.Now(), req.Members) {
 		errs[i] = wrap(req.Group, "leave", err)
 	}

@@ -110,8 +110,8 @@
 // reassignment, and a member that has not noticed yet may still process
 // a partition its successor took - at-least-once, not exclusive, across a
 // coordinator restart). Nor are per-partition retention of OffsetCommit
-// v1, JoinGroup v9's SkipAssignment (a restarted static leader is told the
-// old leader id instead, as before v9), or the conversion of a group that
-// has members from one protocol to the other (an empty group moves
-// freely).
+// v1, or JoinGroup v9's SkipAssignment (a restarted static leader is told
+// the old leader id instead, as before v9). A group with members moves
+// from the classic protocol to KIP-848 online (mixed.go); one left with
+// classic members only is not converted back, but serves them.
 package group

@@ -18,8 +18,9 @@ type memberHarness struct {
 	t      *testing.T
 	c      *Coordinator
 	mu     sync.Mutex
-	owner  map[TopicPartition]string
-	counts map[string]int32
+	owner     map[TopicPartition]string
+	counts    map[string]int32
+	assignors []Assignor // classic members'; default range, cooperative-sticky
 }
 
 func (h *memberHarness) member(name, protocol string) *ConsumerGroup {
@@ -27,7 +28,7 @@ func (h *memberHarness) member(name, protocol string) *ConsumerGroup {
 	m, err := NewConsumerGroup(Local(h.c), ConsumerGroupConfig{
 		Group: "g", Topics: []string{"t"}, Protocol: protocol, ClientID: name,
 		SessionTimeout: time.Second, HeartbeatInterval: 20 * time.Millisecond, RebalanceTimeout: 5 * time.Second,
-		PartitionCount: func(t string) int32 { return h.counts[t] },
+		PartitionCount: func(t string) int32 { return h.counts[t] }, Assignors: h.assignors,
 		OnAssigned: func(_ context.Context, tps []TopicPartition) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
@@ -166,4 +167,74 @@ func TestConsumerGroupMemberRefusals(t *testing.T) {
 	require.NoError(t, m.Close(context.Background()))
 	require.Error(t, m.Poll(context.Background()), "closed")
 	require.True(t, slices.Equal([]TopicPartition{}, m.Assigned()) || len(m.Assigned()) == 0)
+}
+
+// Online upgrade and rollback: classic members and KIP-848 members in one
+// group, joining and leaving in either order. The group converts when the
+// first KIP-848 member arrives; the coordinator assigns everyone; no
+// partition ever has two owners; at every quiet point every partition is
+// owned, evenly.
+func TestConsumerGroupMixedProtocols(t *testing.T) {
+	for name, assignors := range map[string][]Assignor{"eager": {Range()}, "cooperative": {CooperativeSticky()}} {
+		t.Run(name, func(t *testing.T) { testMixedProtocols(t, assignors) })
+	}
+}
+
+func testMixedProtocols(t *testing.T, assignors []Assignor) {
+	c := NewCoordinator(Options{ConsumerHeartbeatInterval: 20 * time.Millisecond, ConsumerSessionTimeout: time.Second,
+		MinSessionTimeout: 100 * time.Millisecond, PartitionCount: func(string) int32 { return 6 }})
+	defer c.Close()
+	h := &memberHarness{t: t, c: c, owner: map[TopicPartition]string{}, counts: map[string]int32{"t": 6}, assignors: assignors}
+	type live struct {
+		m    *ConsumerGroup
+		stop func()
+	}
+	var members []live
+	start := func(name, protocol string) {
+		m := h.member(name, protocol)
+		members = append(members, live{m, run(t, m)})
+	}
+	leave := func(i int) {
+		members[i].stop()
+		require.NoError(t, members[i].m.Close(context.Background()))
+		members = slices.Delete(members, i, i+1)
+	}
+	settled := func(what string) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			total, least, most := 0, 6, 0
+			for _, l := range members {
+				n := len(l.m.Assigned())
+				total += n
+				least, most = min(least, n), max(most, n)
+			}
+			return total == 6 && most-least <= 1
+		}, 10*time.Second, 10*time.Millisecond, what)
+	}
+	// A classic group of two, upgraded one member at a time.
+	start("classic-a", ProtocolClassic)
+	start("classic-b", ProtocolClassic)
+	settled("classic group")
+	start("new-a", ProtocolConsumer)
+	settled("converted: two classic members and one KIP-848")
+	d, err := c.ConsumerDescribe("g")
+	require.NoError(t, err)
+	require.Len(t, d.Members, 3)
+	leave(0)
+	start("new-b", ProtocolConsumer)
+	settled("one classic member left")
+	leave(0)
+	settled("KIP-848 members only")
+	// A rollback: a classic member joins the consumer group.
+	start("classic-c", ProtocolClassic)
+	settled("rolled back one member")
+	leave(0)
+	leave(0)
+	settled("the classic member alone")
+	for len(members) > 0 {
+		leave(0)
+	}
+	h.mu.Lock()
+	require.Empty(t, h.owner)
+	h.mu.Unlock()
 }

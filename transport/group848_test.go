@@ -308,3 +308,97 @@ func TestConsumerGroup848Refusals(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, group.Empty, desc.State)
 }
+
+// A rolling upgrade with franz-go: a classic group of cooperative-sticky
+// members is joined by ServerSideBalancer members while records flow, then
+// the classic members leave; no partition is held by two members at any
+// point, every record is consumed and everything is committed.
+func TestConsumerGroupUpgradeWithFranzGo(t *testing.T) {
+	const partitions = 6
+	b, _, addr := testServer(t, group848Options, Options{})
+	groupCreateTopic(t, b, "events", partitions)
+	const g = "upgrade"
+	own := &owners848{owner: map[int32]string{}}
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	run := func(id string, kip848 bool) (stop func()) {
+		opts := []kgo.Opt{
+			kgo.SeedBrokers(addr), kgo.ConsumerGroup(g), kgo.ConsumeTopics("events"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.ClientID(id),
+			kgo.FetchMaxWait(100 * time.Millisecond), kgo.MetadataMinAge(100 * time.Millisecond), kgo.AutoCommitMarks(),
+			kgo.AutoCommitInterval(100 * time.Millisecond), kgo.BlockRebalanceOnPoll(),
+			kgo.HeartbeatInterval(100 * time.Millisecond), kgo.SessionTimeout(10 * time.Second),
+		}
+		if kip848 {
+			opts = append(opts, kgo.ServerSideBalancer())
+		}
+		cl, err := kgo.NewClient(append(opts, own.opts(id)...)...)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for ctx.Err() == nil {
+				fs := cl.PollFetches(ctx)
+				fs.EachRecord(func(r *kgo.Record) {
+					mu.Lock()
+					seen[fmt.Sprintf("%d/%d", r.Partition, r.Offset)] = true
+					mu.Unlock()
+				})
+				cl.MarkCommitRecords(fs.Records()...)
+				cl.AllowRebalance()
+			}
+		}()
+		return func() {
+			cancel()
+			<-done
+			_ = cl.CommitMarkedOffsets(context.Background())
+			cl.Close()
+		}
+	}
+	var produced int64
+	produce := func(n int) {
+		groupAppend(t, b, "events", partitions, n)
+		produced += int64(partitions * n)
+	}
+	classic := []func(){run("classic-0", false), run("classic-1", false)}
+	produce(50)
+	require.Eventually(t, func() bool {
+		d, err := b.Groups().Describe(g)
+		return err == nil && d.State == group.Stable && len(d.Members) == 2
+	}, 20*time.Second, 20*time.Millisecond, "the classic group formed")
+	newer := []func(){run("new-0", true)}
+	produce(50)
+	require.Eventually(t, func() bool {
+		d, err := b.Groups().ConsumerDescribe(g)
+		return err == nil && len(d.Members) == 3
+	}, 20*time.Second, 20*time.Millisecond, "converted with three members")
+	classic[0]()
+	newer = append(newer, run("new-1", true))
+	produce(50)
+	classic[1]()
+	produce(50)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return int64(len(seen)) == produced
+	}, 30*time.Second, 50*time.Millisecond, "records were lost")
+	require.Eventually(t, func() bool {
+		got, err := b.Groups().FetchOffsets(g, nil)
+		require.NoError(t, err)
+		for p := range int32(partitions) {
+			part, err := b.Partition("events", p)
+			require.NoError(t, err)
+			if got[group.TopicPartition{Topic: "events", Partition: p}].Offset != part.EndOffset() {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "offsets not committed")
+	for _, stop := range newer {
+		stop()
+	}
+	own.mu.Lock()
+	defer own.mu.Unlock()
+	require.Empty(t, own.doubled)
+}
