@@ -14,8 +14,8 @@ import (
 // current and target assignments (topics by id and name). A group that is
 // not a consumer group is GROUP_ID_NOT_FOUND.
 //
-//   - v1 adds each member's type: 1, a consumer-protocol member (spool
-//     has no classic members in consumer groups).
+//   - v1 adds each member's type: 1 for a consumer-protocol member, 0 for
+//     a classic member in a group being upgraded or rolled back.
 func init() { register(kmsg.ConsumerGroupDescribe, 0, 1, consumerGroupDescribe) }
 
 func consumerGroupDescribe(c *conn, req *request, body *kmsg.ConsumerGroupDescribeRequest) (kmsg.Response, error) {
@@ -76,7 +76,10 @@ func consumerGroupDescribe(c *conn, req *request, body *kmsg.ConsumerGroupDescri
 			}
 			rm.SubscribedTopicRegex = groupNullable(m.SubscribedRegex)
 			rm.Assignment, rm.TargetAssignment = assignment(m.Assignment), assignment(m.Target)
-			rm.MemberType = 1
+			rm.MemberType = 1 // consumer
+			if m.Classic {
+				rm.MemberType = 0 // classic, in an upgrade under way
+			}
 			rg.Members = append(rg.Members, rm)
 		}
 		resp.Groups = append(resp.Groups, rg)

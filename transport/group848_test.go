@@ -373,6 +373,23 @@ func TestConsumerGroupUpgradeWithFranzGo(t *testing.T) {
 		d, err := b.Groups().ConsumerDescribe(g)
 		return err == nil && len(d.Members) == 3
 	}, 20*time.Second, 20*time.Millisecond, "converted with three members")
+	// Both kinds hold partitions, two each.
+	require.Eventually(t, func() bool {
+		d, err := b.Groups().ConsumerDescribe(g)
+		if err != nil || d.State != group.Stable {
+			return false
+		}
+		classic := 0
+		for _, m := range d.Members {
+			if len(m.Assignment["events"]) != 2 {
+				return false
+			}
+			if m.Classic {
+				classic++
+			}
+		}
+		return classic == 2
+	}, 20*time.Second, 20*time.Millisecond, "the mixed group never balanced")
 	classic[0]()
 	newer = append(newer, run("new-1", true))
 	produce(50)
