@@ -89,9 +89,9 @@ type ConsumerMemberDescription struct {
 	MemberEpoch                                        int32
 	// Classic is a member that speaks the classic protocol (an upgrade
 	// under way).
-	Classic bool
-	SubscribedTopics                                   []string // as sent
-	SubscribedRegex                                    string
+	Classic          bool
+	SubscribedTopics []string // as sent
+	SubscribedRegex  string
 	// Assignment is what the member owns now; Target what it is moving
 	// to. By topic name.
 	Assignment, Target map[string][]int32

@@ -15,9 +15,9 @@ import (
 // in this process, each polling in its goroutine, and checks that no
 // partition ever has two owners.
 type memberHarness struct {
-	t      *testing.T
-	c      *Coordinator
-	mu     sync.Mutex
+	t         *testing.T
+	c         *Coordinator
+	mu        sync.Mutex
 	owner     map[TopicPartition]string
 	counts    map[string]int32
 	assignors []Assignor // classic members'; default range, cooperative-sticky
