@@ -12,13 +12,12 @@ import (
 //
 // A group id names one group, of one type at a time. An entry's classic
 // group always exists: it holds the committed offsets, which both
-// protocols share. When a ConsumerGroupHeartbeat joins a group that has no
-// classic members, the entry gains a consumerGroup and, while that has
-// members, the group is a consumer group: classic joins are refused
-// (INCONSISTENT_GROUP_PROTOCOL) and offsets are committed under member
+// protocols share. When a ConsumerGroupHeartbeat joins, the entry gains a
+// consumerGroup - converting a classic group that has members (mixed.go) -
+// and, while that has members, the group is a consumer group: classic
+// members are served inside it and offsets are committed under member
 // epochs. Once its last member is gone the group is an empty group again,
-// which either protocol may take. Kafka also converts groups that still
-// have members from one protocol to the other; spool does not (yet).
+// which either protocol may take.
 
 // Defaults of the consumer protocol's timing (group.consumer.*).
 const (
