@@ -521,7 +521,11 @@ func TestConnectionFlood(t *testing.T) {
 	produceAndConsume("during", 50)
 	st := s.Stats()
 	require.Zero(t, st.RequestReadTimeouts, "the flood ended before the clients were done: %+v", st)
-	require.Equal(t, int64(holders)*reserved, st.RequestBytesInFlight)
+	// The pool holds the stalled big requests, and at most a small request
+	// of the well-behaved clients (the consumer long-polls in the
+	// background, so one of its fetches may be in flight right now).
+	require.GreaterOrEqual(t, st.RequestBytesInFlight, int64(holders)*reserved)
+	require.Less(t, st.RequestBytesInFlight, int64(holders)*reserved+1<<20)
 
 	// Every attacker is closed after the request read timeout.
 	closed := make(chan struct{})
