@@ -608,3 +608,27 @@ func TestCheckAndDumpModifyNothing(t *testing.T) {
 
 	require.Equal(t, before, snapshot(t, dir))
 }
+
+// A process killed after it reopened a cleanly closed, empty partition
+// and before its first append leaves the clean-shutdown checkpoint, an
+// empty .log and preallocated, zero-filled indexes (seen in CI's produce
+// crash loop, round 0): the zero "first entry" is the preallocation, not
+// an entry, and check must not call the partition damaged.
+func TestCheckCrashBeforeFirstAppend(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, openTestLog(t, dir).Close()) // created, closed cleanly
+	l := openTestLog(t, dir)                        // reopened: indexes preallocated
+	defer l.Close()
+	crashed := t.TempDir()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(crashed, e.Name()), data, 0o644))
+	}
+	code, out, _ := runTool(t, "check", crashed)
+	require.Equal(t, exitOK, code, out)
+	require.Empty(t, problemLines(out, "error"), out)
+	require.NotContains(t, out, "disagrees with the log", out)
+}

@@ -250,6 +250,11 @@ func (c *indexChecker) finish(validEnd, nextOffset int64, complete bool) {
 		for ; c.nextOff < len(c.off.Offsets); c.nextOff++ {
 			e := c.off.Offsets[c.nextOff]
 			switch {
+			case c.nextOff == 0 && e.Position == 0 && e.Offset == c.off.Base && validEnd == 0 && complete && c.off.Untrimmed:
+				// A zero first entry in an empty segment's preallocated
+				// index is the preallocation, not an entry: a process
+				// killed before its first append leaves exactly that.
+				v.UncheckedFrom = min(v.UncheckedFrom, len(c.off.Offsets))
 			case e.Position < validEnd:
 				v.Problems[c.nextOff] = fmt.Sprintf("position %d is inside a batch, not at its start", e.Position)
 			case !complete:
