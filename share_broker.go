@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -424,7 +425,7 @@ func (b *Broker) AlterShareGroupOffsets(ctx context.Context, group string, offse
 			return err
 		}
 	}
-	for _, tp := range slices.SortedFunc(mapsKeys(offsets), compareTopicPartitions) {
+	for _, tp := range slices.SortedFunc(maps.Keys(offsets), compareTopicPartitions) {
 		sp, _, err := b.shareOf(ctx, group, tp, false)
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -223,7 +224,7 @@ func (c *ShareConsumer) Acknowledge(ctx context.Context, t share.AckType, recs .
 		byPart[k] = append(byPart[k], r.Offset)
 	}
 	var errs []error
-	for _, k := range slices.SortedFunc(mapsKeys(byPart), func(a, b shareKey) int {
+	for _, k := range slices.SortedFunc(maps.Keys(byPart), func(a, b shareKey) int {
 		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 	}) {
 		if err := c.acknowledge(ctx, k, byPart[k], t); err != nil {
@@ -234,16 +235,6 @@ func (c *ShareConsumer) Acknowledge(ctx context.Context, t share.AckType, recs .
 		return fmt.Errorf("spool: share group %q: acknowledge: %w", c.cfg.Group, errors.Join(errs...))
 	}
 	return nil
-}
-
-func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func (c *ShareConsumer) acknowledge(ctx context.Context, k shareKey, offsets []int64, t share.AckType) error {

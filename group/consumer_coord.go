@@ -1,6 +1,7 @@
 package group
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"time"
@@ -121,7 +122,7 @@ func (c *Coordinator) ConsumerHeartbeat(req ConsumerHeartbeatRequest) (ConsumerH
 		return resp, wrap(req.Group, op, err)
 	}
 	if req.MemberID == "" && req.MemberEpoch == epochJoin {
-		req.MemberID = c.cfg.newID(cmpOr(req.InstanceID, req.ClientID))
+		req.MemberID = c.cfg.newID(cmp.Or(req.InstanceID, req.ClientID))
 		resp.MemberID = req.MemberID
 	}
 	e := c.lockGroup(req.Group, req.MemberEpoch == epochJoin)
@@ -153,13 +154,6 @@ func (c *Coordinator) ConsumerHeartbeat(req ConsumerHeartbeatRequest) (ConsumerH
 	resp.MemberEpoch, resp.Assignment = out.MemberEpoch, out.Assignment
 	resp.HeartbeatInterval = e.cg.heartbeatInterval
 	return resp, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func (c *Coordinator) newConsumerGroup(id string) *consumerGroup {

@@ -1,6 +1,7 @@
 package group
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"time"
@@ -140,7 +141,7 @@ func (c *Coordinator) ShareHeartbeat(req ShareHeartbeatRequest) (ShareHeartbeatR
 		return resp, wrap(req.Group, op, ErrFencedMemberEpoch)
 	}
 	m.deadline = now.Add(c.opts.ConsumerSessionTimeout)
-	m.rack, m.client, m.host = cmpOr(req.RackID, m.rack), cmpOr(req.ClientID, m.client), cmpOr(req.ClientHost, m.host)
+	m.rack, m.client, m.host = cmp.Or(req.RackID, m.rack), cmp.Or(req.ClientID, m.client), cmp.Or(req.ClientHost, m.host)
 	if req.SubscribedTopicNames != nil {
 		subs := slices.Clone(req.SubscribedTopicNames)
 		slices.Sort(subs)

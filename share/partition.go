@@ -178,19 +178,19 @@ type Delivery struct {
 	DeliveryCount int
 }
 
-// Acquire hands member up to max of the offsets the log holds, in order,
+// Acquire hands member up to limit of the offsets the log holds, in order,
 // locked until now plus the lock duration. present are the offsets of the
 // records a read of the log from offset from found, ascending. An offset
 // the read passed over holds no record (a transaction marker, a record
 // compacted away): at or past End it is archived as a gap, and below End
 // one still Available is archived too - it can never be delivered. Offsets
 // that are not Available are passed over.
-func (p *Partition) Acquire(member string, from int64, present []int64, max int, now time.Time) []Delivery {
+func (p *Partition) Acquire(member string, from int64, present []int64, limit int, now time.Time) []Delivery {
 	var out []Delivery
 	deadline := now.Add(p.cfg.LockDuration)
 	next := from
 	for _, off := range present {
-		if len(out) >= max {
+		if len(out) >= limit {
 			break
 		}
 		if off < p.start {
@@ -198,7 +198,7 @@ func (p *Partition) Acquire(member string, from int64, present []int64, max int,
 			continue
 		}
 		// Offsets the read passed over, below End: gone from the log.
-		for o := max64(next, p.start); o < min(off, p.End()); o++ {
+		for o := max(next, p.start); o < min(off, p.End()); o++ {
 			if r := &p.recs[o-p.start]; r.state == Available {
 				r.state = Archived
 			}
@@ -223,13 +223,6 @@ func (p *Partition) Acquire(member string, from int64, present []int64, max int,
 	}
 	p.advance()
 	return out
-}
-
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // AckBatch acknowledges the offsets First to Last: with one type for all,

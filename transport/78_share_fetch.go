@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"slices"
 	"time"
 
 	"github.com/spoolmq/spool"
@@ -118,7 +119,7 @@ func shareFetch(c *conn, req *request, body *kmsg.ShareFetchRequest) (kmsg.Respo
 				continue
 			}
 			slots = append(slots, slot{tp, rp, p.AcknowledgementBatches})
-			if !containsTP(sess.parts, tp) {
+			if !slices.Contains(sess.parts, tp) {
 				sess.parts = append(sess.parts, tp)
 			}
 		}
@@ -126,7 +127,8 @@ func shareFetch(c *conn, req *request, body *kmsg.ShareFetchRequest) (kmsg.Respo
 	for _, f := range body.ForgottenTopicsData {
 		if name, ok := b.TopicName(spool.TopicID(f.TopicID)); ok {
 			for _, p := range f.Partitions {
-				sess.parts = removeTP(sess.parts, spool.TopicPartition{Topic: name, Partition: p})
+				gone := spool.TopicPartition{Topic: name, Partition: p}
+				sess.parts = slices.DeleteFunc(sess.parts, func(tp spool.TopicPartition) bool { return tp == gone })
 			}
 		}
 	}
@@ -192,23 +194,4 @@ func shareFetch(c *conn, req *request, body *kmsg.ShareFetchRequest) (kmsg.Respo
 		rp.AcquiredRecords = acquiredRanges(f.Acquired)
 	}
 	return resp, nil
-}
-
-func containsTP(tps []spool.TopicPartition, tp spool.TopicPartition) bool {
-	for _, t := range tps {
-		if t == tp {
-			return true
-		}
-	}
-	return false
-}
-
-func removeTP(tps []spool.TopicPartition, tp spool.TopicPartition) []spool.TopicPartition {
-	out := tps[:0]
-	for _, t := range tps {
-		if t != tp {
-			out = append(out, t)
-		}
-	}
-	return out
 }
