@@ -55,6 +55,8 @@ type Broker struct {
 	rmu      sync.Mutex
 	replicas map[TopicPartition]*partition.Partition // in a cluster: this broker's replicas; nil once closed
 
+	metrics brokerMetrics // what Stats reads (stats.go)
+
 	bgStop chan struct{}
 	bgDone chan struct{}
 }

@@ -168,7 +168,8 @@ type Consumer struct {
 
 	grp *groupMember // nil without a group
 
-	throttledUntil time.Time // Quota: when Poll may read again; Poll's goroutine only
+	throttledUntil time.Time     // Quota: when Poll may read again; Poll's goroutine only
+	stats          consumerStats // what Stats reads (stats.go)
 }
 
 type assignment struct {
@@ -468,6 +469,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]Record, error) {
 	}
 	recs, err := c.poll(ctx)
 	c.quotaRecord(recs)
+	c.count(recs)
 	return recs, err
 }
 

@@ -403,5 +403,6 @@ func (b *Broker) logOptions(c TopicConfig) log.Options {
 		CleanerBufferBytes:     b.opts.CleanerBufferBytes,
 		Logger:                 b.logger,
 		FS:                     b.opts.fs,
+		FlushTimes:             &b.metrics.flush,
 	}
 }

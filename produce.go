@@ -20,7 +20,9 @@ func (b *Broker) Produce(ctx context.Context, rec Record) (RecordMetadata, error
 	if err := ctx.Err(); err != nil {
 		return RecordMetadata{}, err
 	}
-	return b.route(rec.Topic).produce(ctx, rec)
+	md, err := b.route(rec.Topic).produce(ctx, rec)
+	b.metrics.produced(rec.Topic, 1, len(rec.Key)+len(rec.Value), err)
+	return md, err
 }
 
 func (s soloStore) produce(ctx context.Context, rec Record) (RecordMetadata, error) {

@@ -156,6 +156,8 @@ type Producer struct {
 	tx    txnStatus // the transaction, with a TransactionalID
 
 	quotaUntil time.Time // Quota: no partition's sender writes before this; guarded by mu
+
+	stats producerStats // what Stats reads (stats.go)
 }
 
 // producerTopic is a producer's state for one topic.
@@ -556,6 +558,8 @@ func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
 	if err != nil && bt.stamped {
 		p.sequenceLost(a, err)
 	}
+	p.b.metrics.produced(a.topic, len(bt.cbs), bt.reserved, err)
+	p.completed(bt, err)
 	for i, cb := range bt.cbs {
 		if cb == nil {
 			continue // AcksNone: reported already

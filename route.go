@@ -40,7 +40,13 @@ func (b *Broker) ProduceBatch(ctx context.Context, topic string, n int32, batch 
 	if b.closed.Load() {
 		return -1, ErrClosed
 	}
-	return b.route(topic).produceBatch(ctx, topic, n, batch, opts)
+	base, err := b.route(topic).produceBatch(ctx, topic, n, batch, opts)
+	if err != nil {
+		b.metrics.produced(topic, 0, 0, err)
+	} else {
+		b.metrics.produced(topic, int(batch.NumRecords()), batch.Size(), nil)
+	}
+	return base, err
 }
 
 func (s soloStore) produceBatch(ctx context.Context, topic string, n int32, batch record.Batch, opts ProduceOptions) (int64, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"time"
 
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/segment"
@@ -414,6 +415,9 @@ func (l *Log) syncOnce() error {
 		return ErrClosed
 	}
 	defer seg.Release()
+	if h := l.opts.FlushTimes; h != nil {
+		defer h.Since(time.Now())
+	}
 	for _, s := range pending {
 		if s.Acquire() {
 			err := s.Sync()

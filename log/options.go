@@ -2,6 +2,7 @@ package log
 
 import (
 	"fmt"
+	"github.com/spoolmq/spool/stats"
 	"log/slog"
 	"math"
 	"time"
@@ -209,6 +210,9 @@ type Options struct {
 	CleanerBufferBytes int
 	// Logger receives warnings about recovery and failures. Default: none.
 	Logger *slog.Logger
+	// FlushTimes, if set, records how long each fsync of the log's data
+	// took (log.flush's latency; several logs may share one).
+	FlushTimes *stats.Histogram
 	// FS is the file layer the log's files go through. Default: the
 	// operating system's. Tests of the layers above inject faults through
 	// it (a full disk, a failing fsync); vfs is internal to this module.

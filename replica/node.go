@@ -72,6 +72,8 @@ type Node struct {
 	truncatedCommitted atomic.Int64 // records cut below the high watermark
 	resignations       atomic.Int64 // leaderships given up over damage
 	repairs            atomic.Int64 // damaged logs cut to be copied again
+	isrShrinks         atomic.Int64 // ISR changes that removed replicas
+	isrExpands         atomic.Int64 // ISR changes that added replicas
 
 	mu     sync.Mutex
 	sets   map[tp]*ReplicaSet
@@ -204,12 +206,20 @@ type NodeStats struct {
 	// batch to copy it again from the leader. The records cut were not
 	// lost: the leader holds them.
 	Repairs int64
+	// ISRShrinks and ISRExpands count the ISR changes this node's leaders
+	// made (IsrShrinksPerSec, IsrExpandsPerSec): 0 outside restarts and
+	// slow followers.
+	ISRShrinks, ISRExpands int64
 }
 
 // Stats returns the node's counters.
 func (n *Node) Stats() NodeStats {
-	return NodeStats{TruncatedCommitted: n.truncatedCommitted.Load(), Resignations: n.resignations.Load(), Repairs: n.repairs.Load()}
+	return NodeStats{TruncatedCommitted: n.truncatedCommitted.Load(), Resignations: n.resignations.Load(), Repairs: n.repairs.Load(),
+		ISRShrinks: n.isrShrinks.Load(), ISRExpands: n.isrExpands.Load()}
 }
+
+// ReplicaSets lists the node's replicas, in no order.
+func (n *Node) ReplicaSets() []*ReplicaSet { return n.replicaSets() }
 
 // ReplicaSet returns this node's replica of a partition, if it has one.
 func (n *Node) ReplicaSet(topic string, partition int32) (*ReplicaSet, bool) {

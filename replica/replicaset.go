@@ -116,6 +116,9 @@ func (r *ReplicaSet) IsLeader() bool {
 // HighWatermark is the partition's high watermark on this replica.
 func (r *ReplicaSet) HighWatermark() int64 { return r.part.HighWatermark() }
 
+// MinInSyncReplicas is the smallest ISR that accepts acks=all writes.
+func (r *ReplicaSet) MinInSyncReplicas() int { return r.cfg.MinInSyncReplicas }
+
 // OffsetLag is how far this replica's log end is behind the partition's
 // high watermark, as DescribeLogDirs reports it: Kafka's
 // max(highWatermark - logEnd, 0), which is 0 on the leader. A follower
@@ -511,6 +514,11 @@ func (r *ReplicaSet) proposeISR() {
 			"isr", isr, "state", next, "err", err)
 	case ISRApplied:
 		r.node.log.Info("ISR changed", "topic", r.topic, "partition", r.id, "from", st.ISR, "to", next.ISR)
+		if len(next.ISR) < len(st.ISR) {
+			r.node.isrShrinks.Add(1)
+		} else if len(next.ISR) > len(st.ISR) {
+			r.node.isrExpands.Add(1)
+		}
 		r.applySameEpochLocked(next)
 	}
 }

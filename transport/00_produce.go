@@ -11,6 +11,7 @@ import (
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/replica"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -167,6 +168,14 @@ func (c *conn) producePartition(req *request, pp producePart) {
 		c.produceClustered(req, pp)
 		return
 	}
+	var counted record.Batch // what was written, for the broker's counters
+	defer func() {
+		if out.ErrorCode != errNone {
+			c.s.b.RecordProduce(pp.topic, 0, 0, kerr.ErrorForCode(out.ErrorCode))
+		} else if counted.Size() > 0 {
+			c.s.b.RecordProduce(pp.topic, int(counted.NumRecords()), counted.Size(), nil)
+		}
+	}()
 	// An unknown topic is answered before the records are looked at, as
 	// Kafka does; one to be created is created only for a valid batch.
 	p, err := c.s.b.Partition(pp.topic, out.Partition)
@@ -193,6 +202,7 @@ func (c *conn) producePartition(req *request, pp producePart) {
 		setProduceError(req.version, out, produceErrorCode(err), err.Error())
 		return
 	}
+	counted = b
 	out.BaseOffset = base
 	out.LogAppendTime = -1 // CreateTime: the producer's timestamps are kept
 	out.LogStartOffset = p.StartOffset()

@@ -19,6 +19,7 @@ import (
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
 	"github.com/spoolmq/spool/record"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -157,6 +158,7 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 	}()
 
 	waited, err := longPoll(c, body, req.version, parts)
+	req.waited(waited)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +206,11 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 				}
 			}
 			rp.DivergingEpoch.Epoch, rp.DivergingEpoch.EndOffset = fp.divergingEpoch, fp.divergingEndOffset
+			if rp.ErrorCode != 0 {
+				c.s.b.RecordFetch(rt.Topic, 0, kerr.ErrorForCode(rp.ErrorCode))
+			} else {
+				c.s.b.RecordFetch(rt.Topic, fp.span.Len(), nil)
+			}
 			if req.version < 4 && fp.span.Len() > 0 {
 				// No more than the batches read took (readParts kept those
 				// within the request's limits), at least one message.

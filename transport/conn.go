@@ -68,6 +68,7 @@ type request struct {
 	// flexible: the response header has a tag buffer (a flexible version,
 	// other than ApiVersions).
 	flexible bool
+	times    requestTimes // its phases, for APIStats (metrics.go)
 }
 
 // readBufferSize is each connection's read buffer: enough for the header
@@ -281,7 +282,11 @@ func (c *conn) releaseFrame() {
 
 // handle decodes and serves one request; false closes the connection.
 func (c *conn) handle(frame []byte) (ok bool) {
+	read := time.Now()
 	req, err := c.parse(frame)
+	if req != nil {
+		req.times.read = read
+	}
 	if err != nil {
 		var uv *unsupportedVersion
 		if errors.As(err, &uv) && uv.key == kmsg.ApiVersions.Int16() {
@@ -295,12 +300,14 @@ func (c *conn) handle(frame []byte) (ok bool) {
 		return false
 	}
 	var resp responseWriter
+	req.times.started = time.Now()
 	if denial := c.gate(req); denial != nil {
 		denial.SetVersion(req.version)
 		resp = encoded(denial)
 	} else {
 		resp, err = c.dispatch(req)
 	}
+	handled := time.Now()
 	// The request is served: its frame's memory goes back to the pool
 	// before the response is written, which a slow reader may stretch.
 	// What a handler keeps of a request past this (a group member's
@@ -309,16 +316,26 @@ func (c *conn) handle(frame []byte) (ok bool) {
 	req.body = nil
 	c.releaseFrame()
 	if err != nil {
+		c.s.metrics.record(req, handled, time.Time{}, 0, true)
 		c.s.logger.Debug("closing connection", "remote", c.remote, "api", kmsg.NameForKey(req.key), "err", err)
 		return false
 	}
 	if resp == nil {
+		c.s.metrics.record(req, handled, time.Time{}, c.mutedFor(handled), false)
 		return true // acks=0 produce: no response
 	}
 	if err := c.writeResponse(req, resp); err != nil {
+		c.s.metrics.record(req, handled, time.Now(), 0, true)
 		return false
 	}
+	sent := time.Now()
+	c.s.metrics.record(req, handled, sent, c.mutedFor(sent), false)
 	return !c.closeAfter
+}
+
+// mutedFor is how long after now a quota keeps the connection muted.
+func (c *conn) mutedFor(now time.Time) time.Duration {
+	return max(c.throttledUntil.Sub(now), 0)
 }
 
 // dispatch runs the request's handler, turning a panic into a closed

@@ -171,6 +171,9 @@ type ServerStats struct {
 	// no TLS version or cipher in common, or a handshake not done within
 	// RequestReadTimeout.
 	TLSHandshakeFailures int64
+	// AcceptedConnections counts the connections accepted and served since
+	// the server started (connection-creation-total).
+	AcceptedConnections int64
 }
 
 // SASL holds the users a server accepts (sasl.enabled.mechanisms and the
@@ -213,6 +216,7 @@ type Server struct {
 	slots  chan struct{}
 	memory *requestMemory
 
+	metrics      serverMetrics // per-API request measures (metrics.go)
 	refused      atomic.Int64
 	readTimeouts atomic.Int64
 	tlsFailures  atomic.Int64
@@ -359,6 +363,7 @@ func (s *Server) Stats() ServerStats {
 		RequestsWaitingForMemory: waiting,
 		RequestReadTimeouts:      s.readTimeouts.Load(),
 		TLSHandshakeFailures:     s.tlsFailures.Load(),
+		AcceptedConnections:      s.metrics.accepted.Load(),
 	}
 }
 
@@ -516,6 +521,7 @@ func (s *Server) start(nc net.Conn, controller bool, ln *listener) bool {
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
 	s.mu.Unlock()
+	s.metrics.accepted.Add(1)
 	go func() {
 		defer s.connWG.Done()
 		c.serve()
