@@ -47,6 +47,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	listen := fs.String("listen", "localhost:9092", "the `host:port` to accept Kafka clients on (listeners); port 0 picks a free one")
 	advertised := fs.String("advertised-addr", "", "the `host:port` clients are told to connect to (advertised.listeners) (default: the listener's address)")
 	nodeID := fs.Int("node-id", transport.DefaultNodeID, "the broker's `id` in metadata (node.id)")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz over HTTP on this `host:port` (default: off)")
 	maxConns := fs.Int("max-connections", transport.DefaultMaxConnections,
 		"allow at most `n` connections open at once (max.connections); beyond, new ones wait in the listen backlog until one closes; -1: no limit")
 	maxConnsPerIP := fs.Int("max-connections-per-ip", transport.DefaultMaxConnectionsPerIP,
@@ -231,6 +232,15 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	bopts.Topic.ReplicationFactor, bopts.Topic.MinInSyncReplicas = *rf, *minISR
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	opts.Logger = logger
+	hs, err := startHealth(*metricsListen, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		return exitProblem
+	}
+	defer hs.close()
+	if hs != nil {
+		fmt.Fprintf(stderr, "spool: metrics on %s\n", hs.Addr())
+	}
 	if *voters != "" {
 		vs, err := controller.ParseVoters(*voters)
 		if err != nil {
@@ -290,7 +300,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		}
 		stopReload := reloadOnHangup(tlsFiles, logger)
 		defer stopReload()
-		return serveNode(ctx, cfg, logger, stderr)
+		return serveNode(ctx, cfg, hs, logger, stderr)
 	}
 	if *authorizer {
 		// A standalone broker's ACLs live beside its registry.
@@ -354,18 +364,19 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		l.Name = l.SecurityProtocol()
 		listeners = []serveListener{{addr: *listen, cfg: l}}
 	}
-	code := serve(ctx, b, opts, listeners, logger, stderr)
+	code := serve(ctx, b, opts, listeners, hs, logger, stderr)
 	return closeBroker("spool serve", b, code, stderr)
 }
 
 // serve listens on addr and serves b until ctx ends, then shuts the server
 // down. It returns the exit status; the caller closes the broker.
-func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listeners []serveListener, logger *slog.Logger, stderr io.Writer) int {
+func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listeners []serveListener, hs *health, logger *slog.Logger, stderr io.Writer) int {
 	srv, err := transport.NewServer(b, opts)
 	if err != nil {
 		fmt.Fprintf(stderr, "spool serve: %v\n", err)
 		return exitProblem
 	}
+	hs.opened(b, srv)
 	ls := make([]net.Listener, len(listeners))
 	for i, sl := range listeners {
 		if ls[i], err = net.Listen("tcp", sl.addr); err != nil {
@@ -394,6 +405,7 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listene
 	for i, l := range ls {
 		go func() { served <- srv.ServeListener(l, listeners[i].cfg) }()
 	}
+	hs.serving() // the listeners are bound: connections queue until accepted
 	select {
 	case err := <-served:
 		// Serve stops on its own only when the listener fails.
@@ -404,6 +416,7 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listene
 		return exitProblem
 	case <-ctx.Done():
 	}
+	hs.shuttingDown()
 	logger.Info("shutting down", "timeout", shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
@@ -472,7 +485,7 @@ func splitHostPort(s string) (string, int32, error) {
 // other brokers and the controller's to another voter before it exits. It
 // prints "spool: serving on HOST:PORT" (the Kafka listener) and
 // "spool: controller on HOST:PORT" once listening.
-func serveNode(ctx context.Context, cfg transport.NodeConfig, logger *slog.Logger, stderr io.Writer) int {
+func serveNode(ctx context.Context, cfg transport.NodeConfig, hs *health, logger *slog.Logger, stderr io.Writer) int {
 	n, err := transport.StartNode(cfg)
 	if errors.Is(err, spool.ErrLocked) {
 		fmt.Fprintf(stderr, "spool serve: data directory %s is in use by another process (%v)\n", cfg.Dir, err)
@@ -482,6 +495,8 @@ func serveNode(ctx context.Context, cfg transport.NodeConfig, logger *slog.Logge
 		fmt.Fprintf(stderr, "spool serve: %v\n", err)
 		return exitProblem
 	}
+	hs.opened(n.Broker(), n.Server())
+	hs.serving() // /readyz waits for the broker to catch up with the metadata
 	logger.Info("listening", "addr", n.Addr().String(), "controller", n.ControllerAddr().String(), "data", cfg.Dir,
 		"node_id", cfg.NodeID, "voters", cfg.QuorumVoters)
 	if len(cfg.Listeners) > 1 {
@@ -502,6 +517,7 @@ func serveNode(ctx context.Context, cfg transport.NodeConfig, logger *slog.Logge
 		code = exitProblem
 	case <-ctx.Done():
 	}
+	hs.shuttingDown()
 	logger.Info("shutting down: moving leadership away", "timeout", shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
