@@ -326,6 +326,9 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		defer stopReload()
 		return serveNode(ctx, cfg, logger, stderr)
 	}
+	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 || dialMap != nil {
+		return usageError(fs, "--controller-listen, --cluster-id, --session-timeout and --dial-map need --controller-quorum-voters")
+	}
 	if err := prepareDataDir("spool serve", bf.data, stderr); err != nil {
 		fmt.Fprintf(stderr, "spool serve: %v\n", err)
 		return exitProblem
@@ -361,9 +364,6 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if opts.Quotas, err = quota.New(quota.Config{Quotas: qs, Store: qstore}); err != nil {
 		fmt.Fprintf(stderr, "spool serve: quotas: %v\n", err)
 		return exitProblem
-	}
-	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 || dialMap != nil {
-		return usageError(fs, "--controller-listen, --cluster-id, --session-timeout and --dial-map need --controller-quorum-voters")
 	}
 	if err := checkNotClusterNode(bf.data); err != nil {
 		fmt.Fprintf(stderr, "spool serve: %v\n", err)
