@@ -24,6 +24,10 @@ const defaultDataDir = "./spool-data"
 type brokerFlags struct {
 	data  string
 	flush log.FlushPolicy
+	// remote names the flag that reaches a running server instead, for
+	// the message when a server holds the directory: empty if the
+	// command has none.
+	remote string
 }
 
 // addBrokerFlags defines --data and --flush on fs.
@@ -60,15 +64,26 @@ func checkNotClusterNode(dir string) error {
 }
 
 // open opens the broker, printing why it could not on stderr. name is the
-// command, for messages ("spool produce").
-func (bf *brokerFlags) open(name string, stderr io.Writer) (*spool.Broker, bool) {
+// command, for messages ("spool produce"); use says whether the data
+// directory must exist already.
+func (bf *brokerFlags) open(name string, use dataDirUse, stderr io.Writer) (*spool.Broker, bool) {
 	if err := checkNotClusterNode(bf.data); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return nil, false
+	}
+	var err error
+	if use == useExisting {
+		err = checkDataDir(bf.data)
+	} else {
+		err = prepareDataDir(name, bf.data, stderr)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return nil, false
 	}
 	b, err := spool.Open(bf.data, spool.Options{Flush: bf.flush})
 	if errors.Is(err, spool.ErrLocked) {
-		fmt.Fprintf(stderr, "%s: data directory %s is in use by another process (%v)\n", name, bf.data, err)
+		fmt.Fprintf(stderr, "%s: %s\n", name, lockedMessage(bf.data, bf.remote, err))
 		return nil, false
 	}
 	if err != nil {
@@ -76,6 +91,17 @@ func (bf *brokerFlags) open(name string, stderr io.Writer) (*spool.Broker, bool)
 		return nil, false
 	}
 	return b, true
+}
+
+// lockedMessage says that another process holds dir, and how to get at
+// its data anyway: through the server holding it with the command's
+// remote flag, if it has one.
+func lockedMessage(dir, remote string, err error) string {
+	msg := fmt.Sprintf("data directory %s is in use by another process (%v)", dir, err)
+	if remote != "" {
+		msg += fmt.Sprintf("; if a spool serve holds it, reach that server with %s HOST:PORT", remote)
+	}
+	return msg
 }
 
 // closeBroker closes b and reports a failure on stderr. It returns code,
@@ -86,24 +112,6 @@ func closeBroker(name string, b *spool.Broker, code int, stderr io.Writer) int {
 		return exitProblem
 	}
 	return code
-}
-
-// parseArgs parses a command's flags. It returns the exit status to end
-// with and false when the command should not go on: 0 after --help, 2 on a
-// usage error (the flag package has printed it) or stray arguments.
-func parseArgs(fs *flag.FlagSet, args []string) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "spool %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		fs.Usage()
-		return exitUsage, false
-	}
-	return exitOK, true
 }
 
 // usageError prints a usage problem found after parsing, then the usage,

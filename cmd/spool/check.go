@@ -89,18 +89,16 @@ func runCheck(_ context.Context, args []string, _ io.Reader, stdout, stderr io.W
 		fmt.Fprintf(fs.Output(), "a crash leaves, which the next open cuts, do not count), 2 on usage errors.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	positional, ok, code := parsePositional(fs, args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "spool check: want exactly one PATH, got %d arguments\n", fs.NArg())
+	if len(positional) != 1 {
+		fmt.Fprintf(stderr, "spool check: want exactly one PATH, got %d arguments\n", len(positional))
 		fs.Usage()
 		return exitUsage
 	}
-	root := fs.Arg(0)
+	root := positional[0]
 	st, err := os.Stat(root)
 	if err != nil {
 		fmt.Fprintf(stderr, "spool check: %v\n", err)
@@ -116,6 +114,14 @@ func runCheck(_ context.Context, args []string, _ io.Reader, stdout, stderr io.W
 	if err != nil {
 		fmt.Fprintf(stderr, "spool check: %v\n", err)
 		return exitUsage
+	}
+	if !hasLogFile(entries) {
+		// Not a partition directory: it must be a data directory, or
+		// "clean" would only mean that nothing was checked.
+		if err := checkDataDir(root); err != nil {
+			fmt.Fprintf(stderr, "spool check: %v; give a data directory or a partition directory (one holding .log files)\n", err)
+			return exitUsage
+		}
 	}
 	if hasLogFile(entries) {
 		c.checkPartitionDir(partitionRole{dir: root})

@@ -556,11 +556,13 @@ func TestCheckUsageErrors(t *testing.T) {
 	}
 }
 
+// TestCheckEmptyDir: an empty directory is not a data directory, and
+// "clean" would only say that nothing was checked.
 func TestCheckEmptyDir(t *testing.T) {
-	code, out, _ := runTool(t, "check", t.TempDir())
-	require.Equal(t, exitOK, code)
-	require.Contains(t, out, "warning: ")
-	require.Contains(t, out, "no partition directories")
+	code, out, stderr := runTool(t, "check", t.TempDir())
+	require.Equal(t, exitUsage, code)
+	require.Empty(t, out)
+	require.Contains(t, stderr, "is not a spool data directory")
 }
 
 // snapshot records every file under dir: name, mode, size, time, content.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spoolmq/spool"
@@ -59,6 +60,9 @@ func runConsume(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	printOffsets := fs.Bool("print-offsets", false, "prefix each value with \"PARTITION OFFSET \"")
 	printKeys := fs.Bool("print-keys", false, "prefix each value with its key (null: no key) and a tab")
 	timeout := fs.Duration("timeout", 0, "stop once this long passes without a new record (default: wait for ever)")
+	bootstrap := fs.String("bootstrap-server", "", "instead of opening --data, read from a running broker or cluster (one that holds the data directory) at `host:port[,host:port...]`")
+	sec := addClientSecurityFlags(fs)
+	bf.remote = "--bootstrap-server"
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spool consume --topic T [flags]\n\n")
 		fmt.Fprintf(fs.Output(), "Prints a topic's records, one value a line (a tombstone as null), like\n")
@@ -81,13 +85,37 @@ func runConsume(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		return usageError(fs, "--timeout must not be negative")
 	}
 
-	b, ok := bf.open("spool consume", stderr)
-	if !ok {
-		return exitProblem
-	}
 	cc := &consoleConsumer{
 		out: bufio.NewWriterSize(stdout, 64<<10), stderr: stderr,
 		printOffsets: *printOffsets, printKeys: *printKeys, count: *count, timeout: *timeout,
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *bootstrap == "" {
+		for _, name := range []string{"sasl-mechanism", "sasl-user", "sasl-password-file", "tls", "tls-ca", "tls-cert", "tls-key"} {
+			if set[name] {
+				return usageError(fs, "--%s needs --bootstrap-server", name)
+			}
+		}
+	}
+	if *bootstrap != "" {
+		if set["data"] || set["flush"] {
+			return usageError(fs, "--data and --flush open a data directory; with --bootstrap-server the brokers' own are used")
+		}
+		var servers []string
+		for _, s := range strings.Split(*bootstrap, ",") {
+			if _, port, err := splitHostPort(s); err != nil || port == 0 {
+				return usageError(fs, "--bootstrap-server %q: want HOST:PORT[,HOST:PORT...] with non-zero ports", *bootstrap)
+			}
+			servers = append(servers, s)
+		}
+		code := cc.runRemote(ctx, servers, sec, *topic, int32(*part), from)
+		fmt.Fprintf(stderr, "Processed a total of %d messages\n", cc.printed)
+		return code
+	}
+	b, ok := bf.open("spool consume", useExisting, stderr)
+	if !ok {
+		return exitProblem
 	}
 	code := cc.run(ctx, b, *topic, int32(*part), from)
 	fmt.Fprintf(stderr, "Processed a total of %d messages\n", cc.printed)
@@ -134,6 +162,11 @@ func (cc *consoleConsumer) run(ctx context.Context, b *spool.Broker, topic strin
 	if err := cc.position(c, topic, parts, from); err != nil {
 		fmt.Fprintf(cc.stderr, "spool consume: %v\n", err)
 		return exitProblem
+	}
+	if from.kind == "latest" {
+		// The default, and it prints nothing until a record comes: say
+		// so, or a new user sees a command that hangs.
+		fmt.Fprintf(cc.stderr, "spool consume: reading %s from the latest offset; waiting for new records (--from earliest to read what is there)\n", topic)
 	}
 
 	last := time.Now() // when the last record came

@@ -49,20 +49,18 @@ func runDump(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Wr
 		fmt.Fprintf(fs.Output(), "Exits 1 if a file holds a problem, 2 on usage errors.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	positional, ok, code := parsePositional(fs, args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() == 0 {
+	if len(positional) == 0 {
 		fmt.Fprintf(stderr, "spool dump: no files given\n")
 		fs.Usage()
 		return exitUsage
 	}
 	d := &dumper{out: stdout, records: *records, verifyIndex: *verify}
 	var paths []string
-	for _, path := range fs.Args() {
+	for _, path := range positional {
 		paths = append(paths, d.expandDir(path)...)
 	}
 	for i, path := range paths {

@@ -49,7 +49,7 @@ func newGroupsFlagSet(name, args, doc string, stderr io.Writer) (*flag.FlagSet, 
 // fn is printed on stderr, prefixed with the command's name, and makes the
 // exit status exitProblem.
 func withBroker(name string, bf *brokerFlags, stderr io.Writer, fn func(*spool.Broker) error) int {
-	b, ok := bf.open(name, stderr)
+	b, ok := bf.open(name, useExisting, stderr)
 	if !ok {
 		return exitProblem
 	}

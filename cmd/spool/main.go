@@ -130,6 +130,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -167,6 +168,7 @@ var commands = []command{
 	{"check", "[--quiet] PATH", "verify a data directory or partition directory; exit 1 where spool serve would refuse it", runCheck},
 	{"repair", "[--dry-run] DIR", "rebuild a data directory's damaged or missing topic registry from its partitions", runRepair},
 	{"serve", "[--listen HOST:PORT] [flags]", "serve the broker to Kafka clients over the Kafka protocol", runServe},
+	{"version", "", "print the version, VCS revision, Go version and Kafka protocol", runVersion},
 }
 
 // Exit statuses shared by the subcommands.
@@ -191,6 +193,7 @@ func main() {
 // command does; "help" prints it to stdout and succeeds, and "help CMD"
 // prints the subcommand's flags.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	stderr = errorPrefixWriter{stderr}
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
@@ -208,6 +211,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		usage(stdout)
 		return exitOK
+	case "--version", "-version":
+		return runVersion(ctx, args[1:], stdin, stdout, stderr)
 	}
 	c, ok := lookup(name)
 	if !ok {
@@ -216,6 +221,24 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitUsage
 	}
 	return c.run(ctx, args[1:], stdin, stdout, stderr)
+}
+
+// errorPrefixWriter is the command's stderr. The commands print errors as
+// "spool CMD: " and the error, and the root package's errors start with
+// "spool: " too, which would read "spool consume: spool: unknown topic".
+// Rather than unwrap each error where it is printed, the stream drops the
+// inner "spool: " from every line that starts with the command's prefix.
+// Each message is one Write (fmt.Fprintf), so a line is never split.
+type errorPrefixWriter struct{ w io.Writer }
+
+func (e errorPrefixWriter) Write(p []byte) (int, error) {
+	if !bytes.HasPrefix(p, []byte("spool ")) || !bytes.Contains(p, []byte(": spool: ")) {
+		return e.w.Write(p)
+	}
+	if _, err := e.w.Write(bytes.ReplaceAll(p, []byte(": spool: "), []byte(": "))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // lookup finds a subcommand by name.

@@ -77,7 +77,7 @@ func runPerfProduce(ctx context.Context, args []string, stdout, stderr io.Writer
 	cfg.Linger = lingerConfig(*linger)
 	cfg.BatchBytes = *batchBytes
 
-	b, ok := bf.open("spool perf produce", stderr)
+	b, ok := bf.open("spool perf produce", useOrCreate, stderr)
 	if !ok {
 		return exitProblem
 	}
@@ -294,7 +294,7 @@ func runPerfConsume(ctx context.Context, args []string, stdout, stderr io.Writer
 		return usageError(fs, "--reporting-interval must be positive")
 	}
 
-	b, ok := bf.open("spool perf consume", stderr)
+	b, ok := bf.open("spool perf consume", useExisting, stderr)
 	if !ok {
 		return exitProblem
 	}

@@ -75,7 +75,9 @@ func TestPerfUsage(t *testing.T) {
 	code, stdout, _ := runTool(t, "help", "perf", "produce")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, stdout, "--reporting-interval")
-	code, _, stderr := runTool(t, "perf", "consume", "--data", t.TempDir(), "--topic", "nope")
+	data := filepath.Join(t.TempDir(), "data")
+	produce(t, data, "events", "a\n")
+	code, _, stderr := runTool(t, "perf", "consume", "--data", data, "--topic", "nope")
 	require.Equal(t, exitProblem, code)
 	require.Contains(t, stderr, "unknown topic")
 }

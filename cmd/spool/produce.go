@@ -64,7 +64,7 @@ func runProduce(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		cfg.Partitioner = partition.ManualPartitioner()
 	}
 
-	b, ok := bf.open("spool produce", stderr)
+	b, ok := bf.open("spool produce", useOrCreate, stderr)
 	if !ok {
 		return exitProblem
 	}

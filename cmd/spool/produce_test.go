@@ -142,7 +142,7 @@ func TestProduceUsage(t *testing.T) {
 	}
 	code, _, stderr := runToolInput(t, "a\n", "produce", "--data", data, "--topic", "bad/name")
 	require.Equal(t, exitProblem, code)
-	require.Contains(t, stderr, "line 1: spool: invalid topic name")
+	require.Contains(t, stderr, "line 1: invalid topic name")
 }
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader.

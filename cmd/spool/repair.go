@@ -40,18 +40,16 @@ func runRepair(_ context.Context, args []string, _ io.Reader, stdout, stderr io.
 		fmt.Fprintf(fs.Output(), "rebuilt without guessing or DIR is in use by a broker, 2 on usage errors.\n\nFlags:\n")
 		printFlags(fs)
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	positional, ok, code := parsePositional(fs, args)
+	if !ok {
+		return code
 	}
-	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "spool repair: want exactly one DIR, got %d arguments\n", fs.NArg())
+	if len(positional) != 1 {
+		fmt.Fprintf(stderr, "spool repair: want exactly one DIR, got %d arguments\n", len(positional))
 		fs.Usage()
 		return exitUsage
 	}
-	dir := fs.Arg(0)
+	dir := positional[0]
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		if err == nil {
 			err = fmt.Errorf("%s is not a directory", dir)

@@ -105,6 +105,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.Func("log-level", "the least `level` logged: debug, info, warn or error (default info)", func(s string) error {
 		return level.UnmarshalText([]byte(s))
 	})
+	logFormat := fs.String("log-format", "text", "the `format` of the log on stderr: text (key=value) or json (a JSON object a line)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spool serve [--data DIR] [--listen HOST:PORT] [flags]\n\n")
 		fmt.Fprintf(fs.Output(), "Serves the broker over the Kafka protocol, so that Kafka clients and tools\n")
@@ -133,6 +134,14 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if _, _, err := splitHostPort(*listen); err != nil {
 		return usageError(fs, "--listen %q: %v", *listen, err)
 	}
+	if *advertised == "" {
+		host, err := wildcardAdvertisedHost(*listen)
+		if err != nil {
+			fmt.Fprintf(stderr, "spool serve: %v\n", err)
+			return exitProblem
+		}
+		opts.AdvertisedHost = host
+	}
 	if sasl.Plain != nil || sasl.SCRAMSHA256 != nil || sasl.SCRAMSHA512 != nil {
 		opts.SASL = &sasl
 	}
@@ -157,6 +166,14 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return usageError(fs, "--inter-broker-listener-name needs --listeners and --controller-quorum-voters")
 	}
 	if listeners != nil {
+		for i := range listeners {
+			if listeners[i].cfg.AdvertisedHost == "" {
+				if listeners[i].cfg.AdvertisedHost, err = wildcardAdvertisedHost(listeners[i].addr); err != nil {
+					fmt.Fprintf(stderr, "spool serve: listener %s: %v\n", listeners[i].cfg.Name, err)
+					return exitProblem
+				}
+			}
+		}
 		if *interBroker != "" {
 			i := slices.IndexFunc(listeners, func(l serveListener) bool { return l.cfg.Name == *interBroker })
 			if i < 0 {
@@ -230,7 +247,15 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	bopts := spool.Options{Flush: bf.flush, GroupConsumerHeartbeatInterval: *consumerHB, GroupConsumerSessionTimeout: *consumerSession,
 		ShareLockDuration: *shareLock, ShareDeliveryLimit: *shareLimit}
 	bopts.Topic.ReplicationFactor, bopts.Topic.MinInSyncReplicas = *rf, *minISR
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var logger *slog.Logger
+	switch hopts := (&slog.HandlerOptions{Level: level}); *logFormat {
+	case "text":
+		logger = slog.New(slog.NewTextHandler(stderr, hopts))
+	case "json":
+		logger = slog.New(slog.NewJSONHandler(stderr, hopts))
+	default:
+		return usageError(fs, "--log-format must be text or json, not %q", *logFormat)
+	}
 	opts.Logger = logger
 	hs, err := startHealth(*metricsListen, logger)
 	if err != nil {
@@ -278,6 +303,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 			ControllerListen: *ctrlListen, QuorumVoters: *voters, ClusterID: *clusterID,
 			Broker: bopts, Cluster: spool.NodeOptions{SessionTimeout: *sessionTimeout}, Server: opts, Logger: logger,
 		}
+		if _, port, _ := splitHostPort(*listen); cfg.AdvertisedAddr == "" && opts.AdvertisedHost != "" && port != 0 {
+			// A node advertises a whole address; with port 0 the
+			// transport's default (the bound address) is all there is.
+			cfg.AdvertisedAddr = net.JoinHostPort(opts.AdvertisedHost, strconv.Itoa(int(port)))
+		}
 		if listeners != nil {
 			cfg.Listen, cfg.AdvertisedAddr = "", ""
 			for _, l := range listeners {
@@ -298,9 +328,20 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 				return d.DialContext(ctx, "tcp", addr)
 			}
 		}
+		if err := prepareDataDir("spool serve", bf.data, stderr); err != nil {
+			fmt.Fprintf(stderr, "spool serve: %v\n", err)
+			return exitProblem
+		}
 		stopReload := reloadOnHangup(tlsFiles, logger)
 		defer stopReload()
 		return serveNode(ctx, cfg, hs, logger, stderr)
+	}
+	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 || dialMap != nil {
+		return usageError(fs, "--controller-listen, --cluster-id, --session-timeout and --dial-map need --controller-quorum-voters")
+	}
+	if err := prepareDataDir("spool serve", bf.data, stderr); err != nil {
+		fmt.Fprintf(stderr, "spool serve: %v\n", err)
+		return exitProblem
 	}
 	if *authorizer {
 		// A standalone broker's ACLs live beside its registry.
@@ -333,9 +374,6 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if opts.Quotas, err = quota.New(quota.Config{Quotas: qs, Store: qstore}); err != nil {
 		fmt.Fprintf(stderr, "spool serve: quotas: %v\n", err)
 		return exitProblem
-	}
-	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 || dialMap != nil {
-		return usageError(fs, "--controller-listen, --cluster-id, --session-timeout and --dial-map need --controller-quorum-voters")
 	}
 	if err := checkNotClusterNode(bf.data); err != nil {
 		fmt.Fprintf(stderr, "spool serve: %v\n", err)
@@ -388,7 +426,7 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listene
 		}
 	}
 	for i, l := range ls {
-		logger.Info("listening", "addr", l.Addr().String(), "listener", listeners[i].cfg.Name, "security", listeners[i].cfg.SecurityProtocol(),
+		logger.Info("listening", "addr", l.Addr().String(), "advertised", advertisedAddr(listeners[i].cfg, l.Addr()), "listener", listeners[i].cfg.Name, "security", listeners[i].cfg.SecurityProtocol(),
 			"data", b.Dir(), "node_id", opts.NodeID, "cluster_id", srv.ClusterID(), "sasl", listeners[i].cfg.SASL, "tls", listeners[i].cfg.TLS != nil,
 			"max_connections", opts.MaxConnections, "max_connections_per_ip", opts.MaxConnectionsPerIP,
 			"queued_max_request_bytes", opts.QueuedMaxRequestBytes)
@@ -430,6 +468,42 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listene
 	}
 	logger.Info("stopped")
 	return exitOK
+}
+
+// wildcardAdvertisedHost is the host to advertise for a listener on addr
+// when none is given: the machine's host name if addr's host is a
+// wildcard (empty, 0.0.0.0 or ::), as Kafka advertises the canonical host
+// name, since "localhost" would send every client on another machine to
+// itself; empty otherwise, leaving the listener's own host.
+func wildcardAdvertisedHost(addr string) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return "", nil
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("listening on %s: cannot find the host name to advertise (give --advertised-addr): %w", addr, err)
+	}
+	return name, nil
+}
+
+// advertisedAddr is the address a listener bound to addr advertises, for
+// the log: its advertised host and port where set, else the bound ones.
+func advertisedAddr(l transport.Listener, addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	if l.AdvertisedHost != "" {
+		host = l.AdvertisedHost
+	}
+	if l.AdvertisedPort != 0 {
+		port = strconv.Itoa(int(l.AdvertisedPort))
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // usersFlag parses "user:pass,user:pass" into *m.

@@ -54,6 +54,7 @@ type topicsFlags struct {
 // broker flags, --bootstrap-server and --timeout defined.
 func newTopicsFlagSet(name, args, doc string, stderr io.Writer) (*flag.FlagSet, *topicsFlags) {
 	fs, bf := newSubcommandFlagSet("topics", name, args, doc, stderr)
+	bf.remote = "--bootstrap-server"
 	tf := &topicsFlags{brokerFlags: bf, fs: fs}
 	fs.StringVar(&tf.bootstrap, "bootstrap-server", "", "instead of opening --data, reach a running broker or cluster over the Kafka protocol at `host:port[,host:port...]` (one or more of its brokers)")
 	tf.sec = addClientSecurityFlags(fs)
@@ -221,7 +222,7 @@ func runTopicsCreate(ctx context.Context, args []string, stdout, stderr io.Write
 	cfg.SegmentBytes = *segmentBytes
 	cfg.MaxMessageBytes = *maxMessageBytes
 
-	b, ok := tf.open("spool topics create", stderr)
+	b, ok := tf.open("spool topics create", useOrCreate, stderr)
 	if !ok {
 		return exitProblem
 	}
@@ -261,7 +262,7 @@ func runTopicsList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 		return exitOK
 	}
-	b, ok := tf.open("spool topics list", stderr)
+	b, ok := tf.open("spool topics list", useExisting, stderr)
 	if !ok {
 		return exitProblem
 	}
@@ -310,7 +311,7 @@ func runTopicsDescribe(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 		return printTopics(stdout, stderr, views, errs)
 	}
-	b, ok := tf.open("spool topics describe", stderr)
+	b, ok := tf.open("spool topics describe", useExisting, stderr)
 	if !ok {
 		return exitProblem
 	}
@@ -536,7 +537,7 @@ func runTopicsDelete(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stdout, "Deleted topic %s.\n", *name)
 		return exitOK
 	}
-	b, ok := tf.open("spool topics delete", stderr)
+	b, ok := tf.open("spool topics delete", useExisting, stderr)
 	if !ok {
 		return exitProblem
 	}
