@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/spoolmq/spool/group"
+	"github.com/spoolmq/spool/internal/measure"
 	"github.com/spoolmq/spool/stats"
 )
 
@@ -124,6 +125,9 @@ func (m *brokerMetrics) topic(name string, failed bool) *topicTraffic {
 // produced counts a write of records records, bytes bytes, to a partition
 // of a topic; failed if err is not nil.
 func (m *brokerMetrics) produced(topic string, records, bytes int, err error) {
+	if !measure.On() {
+		return
+	}
 	t := m.topic(topic, err != nil)
 	if t == nil {
 		return
@@ -152,6 +156,9 @@ func (b *Broker) RecordProduce(topic string, records, bytes int, err error) {
 // (package transport) calls it for each partition of each Fetch it serves,
 // so that Stats has BytesOut.
 func (b *Broker) RecordFetch(topic string, bytes int64, err error) {
+	if !measure.On() {
+		return
+	}
 	t := b.metrics.topic(topic, err != nil)
 	if t == nil {
 		return
@@ -320,7 +327,7 @@ func (b *Broker) Lag(ctx context.Context, groupID string) ([]PartitionLag, error
 // a fetch of each topic the records came from, and their keys' and
 // values' bytes as the bytes out.
 func (c *Consumer) count(recs []Record) {
-	if len(recs) == 0 {
+	if len(recs) == 0 || !measure.On() {
 		return
 	}
 	c.stats.polls.Add(1)
@@ -409,6 +416,9 @@ func (p *Producer) Stats() ProducerStats {
 // completed counts a batch of n records, reserved bytes, delivered or
 // failed with err.
 func (p *Producer) completed(bt *batch, err error) {
+	if !measure.On() {
+		return
+	}
 	p.stats.latency.Since(bt.created)
 	n := int64(len(bt.cbs))
 	if err != nil {

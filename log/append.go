@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+
+	"github.com/spoolmq/spool/internal/measure"
 	"time"
 
 	"github.com/spoolmq/spool/record"
@@ -415,7 +417,7 @@ func (l *Log) syncOnce() error {
 		return ErrClosed
 	}
 	defer seg.Release()
-	if h := l.opts.FlushTimes; h != nil {
+	if h := l.opts.FlushTimes; h != nil && measure.On() {
 		defer h.Since(time.Now())
 	}
 	for _, s := range pending {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/spoolmq/spool/internal/measure"
 )
 
 // conn is one client connection, served by one goroutine, one request at a
@@ -282,7 +284,10 @@ func (c *conn) releaseFrame() {
 
 // handle decodes and serves one request; false closes the connection.
 func (c *conn) handle(frame []byte) (ok bool) {
-	read := time.Now()
+	var read time.Time
+	if measure.On() {
+		read = time.Now()
+	}
 	req, err := c.parse(frame)
 	if req != nil {
 		req.times.read = read
@@ -300,14 +305,19 @@ func (c *conn) handle(frame []byte) (ok bool) {
 		return false
 	}
 	var resp responseWriter
-	req.times.started = time.Now()
+	if !read.IsZero() {
+		req.times.started = time.Now()
+	}
 	if denial := c.gate(req); denial != nil {
 		denial.SetVersion(req.version)
 		resp = encoded(denial)
 	} else {
 		resp, err = c.dispatch(req)
 	}
-	handled := time.Now()
+	var handled time.Time
+	if !read.IsZero() {
+		handled = time.Now()
+	}
 	// The request is served: its frame's memory goes back to the pool
 	// before the response is written, which a slow reader may stretch.
 	// What a handler keeps of a request past this (a group member's
@@ -328,7 +338,10 @@ func (c *conn) handle(frame []byte) (ok bool) {
 		c.s.metrics.record(req, handled, time.Now(), 0, true)
 		return false
 	}
-	sent := time.Now()
+	var sent time.Time
+	if !read.IsZero() {
+		sent = time.Now()
+	}
 	c.s.metrics.record(req, handled, sent, c.mutedFor(sent), false)
 	return !c.closeAfter
 }
