@@ -67,7 +67,7 @@ func readProperties(r io.Reader) (map[string]property, error) {
 	for len(data) > 0 {
 		var logical []byte
 		first := line + 1
-		for cont := false; len(data) > 0; cont = true {
+		for cont := false; len(data) > 0; {
 			var natural []byte
 			natural, data = nextLine(data)
 			line++
@@ -78,6 +78,7 @@ func readProperties(r io.Reader) (map[string]property, error) {
 			}
 			if trailingBackslashes(natural)%2 == 1 {
 				logical = append(logical, natural[:len(natural)-1]...)
+				cont = true
 				continue
 			}
 			logical = append(logical, natural...)

@@ -35,6 +35,7 @@ func TestReadProperties(t *testing.T) {
 		{"indented comment", "   # a=b", kv{}},
 		{"hash inside a value", "a=b # c", kv{"a": {"b # c", 1}}},
 		{"comment not continued", "# a \\\nc=d", kv{"c": {"d", 2}}},
+		{"comments after a blank line", "a=b\n\n# c\n! d\n#e\nf=g", kv{"a": {"b", 1}, "f": {"g", 6}}},
 		{"blank lines", "\n\n  \t\na=b\n\n", kv{"a": {"b", 4}}},
 		{"CRLF", "a=b\r\nc=d\r\n", kv{"a": {"b", 1}, "c": {"d", 2}}},
 		{"CR", "a=b\rc=d", kv{"a": {"b", 1}, "c": {"d", 2}}},
