@@ -109,13 +109,16 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return level.UnmarshalText([]byte(s))
 	})
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: spool serve [--data DIR] [--listen HOST:PORT] [flags]\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: spool serve [--config server.properties] [--data DIR] [--listen HOST:PORT] [flags]\n\n")
 		fmt.Fprintf(fs.Output(), "Serves the broker over the Kafka protocol, so that Kafka clients and tools\n")
 		fmt.Fprintf(fs.Output(), "(kcat, franz-go, sarama, kafka-go, kafkajs, the Java client) produce, consume, run\n")
 		fmt.Fprintf(fs.Output(), "consumer groups and administer topics, until SIGINT or SIGTERM. Logs to stderr,\n")
 		fmt.Fprintf(fs.Output(), "with a line \"spool: serving on HOST:PORT\" once listening. With any --sasl-* flag\n")
 		fmt.Fprintf(fs.Output(), "clients must authenticate (passwords may not contain commas). The connection and\n")
-		fmt.Fprintf(fs.Output(), "memory limits are Kafka's settings, with defaults that fit a 2 GiB machine.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "memory limits are Kafka's settings, with defaults that fit a 2 GiB machine.\n")
+		fmt.Fprintf(fs.Output(), "--config reads a Kafka broker's server.properties: each key sets the flag that\n")
+		fmt.Fprintf(fs.Output(), "names it in parentheses, unless the command line gives that flag; keys spool\n")
+		fmt.Fprintf(fs.Output(), "does not use are reported on stderr; ${file:PATH} in a value is PATH's content.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if code, ok := parseArgs(fs, args); !ok {
