@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/signal"
@@ -43,7 +44,10 @@ const shutdownTimeout = 10 * time.Second
 func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "read settings from a Kafka broker's server.properties `file`; flags given beside it win (see README, \"The config file\")")
+	configStrict := fs.Bool("config-strict", false, "with --config: refuse to start on a key spool does not know, instead of reporting it")
 	bf := addBrokerFlags(fs)
+	defaults := addBrokerDefaultFlags(fs)
 	listen := fs.String("listen", "localhost:9092", "the `host:port` to accept Kafka clients on (listeners); port 0 picks a free one")
 	advertised := fs.String("advertised-addr", "", "the `host:port` clients are told to connect to (advertised.listeners) (default: the listener's address)")
 	nodeID := fs.Int("node-id", transport.DefaultNodeID, "the broker's `id` in metadata (node.id)")
@@ -107,32 +111,62 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	})
 	logFormat := fs.String("log-format", "text", "the `format` of the log on stderr: text (key=value) or json (a JSON object a line)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: spool serve [--data DIR] [--listen HOST:PORT] [flags]\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: spool serve [--config server.properties] [--data DIR] [--listen HOST:PORT] [flags]\n\n")
 		fmt.Fprintf(fs.Output(), "Serves the broker over the Kafka protocol, so that Kafka clients and tools\n")
 		fmt.Fprintf(fs.Output(), "(kcat, franz-go, sarama, kafka-go, kafkajs, the Java client) produce, consume, run\n")
 		fmt.Fprintf(fs.Output(), "consumer groups and administer topics, until SIGINT or SIGTERM. Logs to stderr,\n")
 		fmt.Fprintf(fs.Output(), "with a line \"spool: serving on HOST:PORT\" once listening. With any --sasl-* flag\n")
 		fmt.Fprintf(fs.Output(), "clients must authenticate (passwords may not contain commas). The connection and\n")
-		fmt.Fprintf(fs.Output(), "memory limits are Kafka's settings, with defaults that fit a 2 GiB machine.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "memory limits are Kafka's settings, with defaults that fit a 2 GiB machine.\n")
+		fmt.Fprintf(fs.Output(), "--config reads a Kafka broker's server.properties: each key sets the flag that\n")
+		fmt.Fprintf(fs.Output(), "names it in parentheses, unless the command line gives that flag; keys spool\n")
+		fmt.Fprintf(fs.Output(), "does not use are reported on stderr; ${file:PATH} in a value is PATH's content.\n\nFlags:\n")
 		printFlags(fs)
 	}
 	if code, ok := parseArgs(fs, args); !ok {
 		return code
 	}
+	// The file's settings become flag values, so that what the command
+	// line says wins and each is checked below, whichever way it came.
+	var fromFile map[string]string
+	if *configPath != "" {
+		var err error
+		if fromFile, err = applyConfigFile(fs, *configPath, *configStrict, stderr); err != nil {
+			fmt.Fprintf(stderr, "spool serve: --config: %v\n", err)
+			return exitUsage
+		}
+	} else if *configStrict {
+		return usageError(fs, "--config-strict needs --config")
+	}
+	// usageErr is usageError naming the config file's line of each flag
+	// the message names that the file set.
+	usageErr := func(format string, args ...any) int {
+		msg := fmt.Sprintf(format, args...)
+		var from []string
+		for _, name := range slices.Sorted(maps.Keys(fromFile)) {
+			if strings.Contains(msg, "--"+name) {
+				from = append(from, fromFile[name])
+			}
+		}
+		if from != nil {
+			msg += " (set by " + strings.Join(from, ", ") + ")"
+		}
+		return usageError(fs, "%s", msg)
+	}
 	opts := transport.Options{}
 	if *nodeID < 0 || *nodeID > 1<<31-1 {
-		return usageError(fs, "--node-id must be a non-negative 32-bit id, not %d", *nodeID)
+		return usageErr("--node-id must be a non-negative 32-bit id, not %d", *nodeID)
 	}
 	opts.NodeID = int32(*nodeID)
 	if *advertised != "" {
 		host, port, err := splitHostPort(*advertised)
 		if err != nil || port == 0 {
-			return usageError(fs, "--advertised-addr %q: want HOST:PORT with a non-zero port", *advertised)
+			return usageErr("--advertised-addr %q: want HOST:PORT with a non-zero port", *advertised)
 		}
 		opts.AdvertisedHost, opts.AdvertisedPort = host, port
 	}
 	if _, _, err := splitHostPort(*listen); err != nil {
-		return usageError(fs, "--listen %q: %v", *listen, err)
+		return usageErr("--listen %q: %v", *listen, err)
 	}
 	if *advertised == "" {
 		host, err := wildcardAdvertisedHost(*listen)
@@ -152,18 +186,18 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 			fmt.Fprintf(stderr, "spool serve: TLS files changed but cannot be used (serving the previous ones): %v\n", err)
 		})
 		if err != nil {
-			return usageError(fs, "%v", err)
+			return usageErr("%v", err)
 		}
 		tlsFiles, opts.TLS = f, f.Config()
 	case *tlsCA != "":
-		return usageError(fs, "--tls-client-ca needs --tls-cert and --tls-key")
+		return usageErr("--tls-client-ca needs --tls-cert and --tls-key")
 	}
 	listeners, err := parseListeners(fs, *listenersFlag, *advertisedListeners, *protocolMap)
 	if err != nil {
-		return usageError(fs, "%v", err)
+		return usageErr("%v", err)
 	}
 	if *interBroker != "" && (listeners == nil || *voters == "") {
-		return usageError(fs, "--inter-broker-listener-name needs --listeners and --controller-quorum-voters")
+		return usageErr("--inter-broker-listener-name needs --listeners and --controller-quorum-voters")
 	}
 	if listeners != nil {
 		for i := range listeners {
@@ -177,7 +211,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		if *interBroker != "" {
 			i := slices.IndexFunc(listeners, func(l serveListener) bool { return l.cfg.Name == *interBroker })
 			if i < 0 {
-				return usageError(fs, "--inter-broker-listener-name %s: --listeners has no listener of that name", *interBroker)
+				return usageErr("--inter-broker-listener-name %s: --listeners has no listener of that name", *interBroker)
 			}
 			// The nodes' listener goes first (transport.NodeConfig.Listeners).
 			listeners[0], listeners[i] = listeners[i], listeners[0]
@@ -185,19 +219,19 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		if set["listen"] || set["advertised-addr"] {
-			return usageError(fs, "--listeners replaces --listen and --advertised-addr")
+			return usageErr("--listeners replaces --listen and --advertised-addr")
 		}
 		for i := range listeners {
 			proto := listeners[i].proto
 			if strings.HasSuffix(proto, "SSL") {
 				if tlsFiles == nil {
-					return usageError(fs, "listener %s is %s: give --tls-cert and --tls-key", listeners[i].cfg.Name, proto)
+					return usageErr("listener %s is %s: give --tls-cert and --tls-key", listeners[i].cfg.Name, proto)
 				}
 				listeners[i].cfg.TLS = tlsFiles.Config()
 			}
 			if strings.HasPrefix(proto, "SASL_") {
 				if opts.SASL == nil {
-					return usageError(fs, "listener %s is %s: give --sasl-* users", listeners[i].cfg.Name, proto)
+					return usageErr("listener %s is %s: give --sasl-* users", listeners[i].cfg.Name, proto)
 				}
 				listeners[i].cfg.SASL = true
 			}
@@ -211,10 +245,10 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		}
 	}
 	if *superUsers != "" && !*authorizer {
-		return usageError(fs, "--super-users needs --authorizer")
+		return usageErr("--super-users needs --authorizer")
 	}
 	if err := transport.CheckPrincipalMappingRules(*principalRules); err != nil {
-		return usageError(fs, "--ssl-principal-mapping-rules: %v", err)
+		return usageErr("--ssl-principal-mapping-rules: %v", err)
 	}
 	opts.SSLPrincipalMappingRules = *principalRules
 	for _, f := range []struct {
@@ -222,31 +256,34 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		v    int64
 	}{{"--max-connections", int64(*maxConns)}, {"--max-connections-per-ip", int64(*maxConnsPerIP)}, {"--queued-max-request-bytes", *queuedMax}} {
 		if f.v == 0 || f.v < -1 {
-			return usageError(fs, "%s must be positive, or -1 for no limit, not %d", f.name, f.v)
+			return usageErr("%s must be positive, or -1 for no limit, not %d", f.name, f.v)
 		}
 	}
 	if *maxRequest < 8 {
-		return usageError(fs, "--socket-request-max-bytes must be at least 8 (a request header), not %d", *maxRequest)
+		return usageErr("--socket-request-max-bytes must be at least 8 (a request header), not %d", *maxRequest)
 	}
 	if *queuedMax > 0 && *queuedMax < int64(*maxRequest) {
-		return usageError(fs, "--queued-max-request-bytes %d is below --socket-request-max-bytes %d: a request of that size could never be read", *queuedMax, *maxRequest)
+		return usageErr("--queued-max-request-bytes %d is below --socket-request-max-bytes %d: a request of that size could never be read", *queuedMax, *maxRequest)
 	}
 	if *idle <= 0 || *readTimeout <= 0 {
-		return usageError(fs, "--connections-max-idle and --request-read-timeout must be positive")
+		return usageErr("--connections-max-idle and --request-read-timeout must be positive")
 	}
 	opts.MaxConnections, opts.MaxConnectionsPerIP = *maxConns, *maxConnsPerIP
 	opts.MaxRequestBytes, opts.QueuedMaxRequestBytes = *maxRequest, *queuedMax
 	opts.IdleTimeout, opts.RequestReadTimeout = *idle, *readTimeout
 
 	if *rf < 0 || *minISR < 0 || *sessionTimeout < 0 {
-		return usageError(fs, "--default-replication-factor, --min-insync-replicas and --session-timeout must not be negative")
+		return usageErr("--default-replication-factor, --min-insync-replicas and --session-timeout must not be negative")
 	}
 	if *consumerHB < 0 || *consumerSession < 0 || *shareLock < 0 || *shareLimit < 0 {
-		return usageError(fs, "--group-consumer-heartbeat-interval, --group-consumer-session-timeout, --share-lock-duration and --share-delivery-limit must not be negative")
+		return usageErr("--group-consumer-heartbeat-interval, --group-consumer-session-timeout, --share-lock-duration and --share-delivery-limit must not be negative")
 	}
 	bopts := spool.Options{Flush: bf.flush, GroupConsumerHeartbeatInterval: *consumerHB, GroupConsumerSessionTimeout: *consumerSession,
 		ShareLockDuration: *shareLock, ShareDeliveryLimit: *shareLimit}
 	bopts.Topic.ReplicationFactor, bopts.Topic.MinInSyncReplicas = *rf, *minISR
+	if err := defaults.apply(&bopts); err != nil {
+		return usageErr("%v", err)
+	}
 	var logger *slog.Logger
 	switch hopts := (&slog.HandlerOptions{Level: level}); *logFormat {
 	case "text":
@@ -254,9 +291,20 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	case "json":
 		logger = slog.New(slog.NewJSONHandler(stderr, hopts))
 	default:
-		return usageError(fs, "--log-format must be text or json, not %q", *logFormat)
+		return usageErr("--log-format must be text or json, not %q", *logFormat)
 	}
 	opts.Logger = logger
+	if fromFile != nil {
+		var set []string
+		for _, name := range slices.Sorted(maps.Keys(fromFile)) {
+			v := fs.Lookup(name).Value.String()
+			if strings.HasPrefix(name, "sasl-") {
+				v = "(secret)"
+			}
+			set = append(set, "--"+name+"="+v)
+		}
+		logger.Info("config file", "file", *configPath, "set", strings.Join(set, " "))
+	}
 	hs, err := startHealth(*metricsListen, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "spool serve: %v\n", err)
@@ -269,14 +317,14 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	if *voters != "" {
 		vs, err := controller.ParseVoters(*voters)
 		if err != nil {
-			return usageError(fs, "--controller-quorum-voters %q: %v", *voters, err)
+			return usageErr("--controller-quorum-voters %q: %v", *voters, err)
 		}
 		if *ctrlListen == "" && !slices.ContainsFunc(vs, func(v controller.Voter) bool { return v.ID == opts.NodeID }) {
-			return usageError(fs, "node %d is not among --controller-quorum-voters, so it is a broker only: give it --controller-listen HOST:PORT of its own", opts.NodeID)
+			return usageErr("node %d is not among --controller-quorum-voters, so it is a broker only: give it --controller-listen HOST:PORT of its own", opts.NodeID)
 		}
 		if *clusterID != "" {
 			if id, err := base64.RawURLEncoding.DecodeString(*clusterID); err != nil || len(id) != 16 {
-				return usageError(fs, "--cluster-id %q: want a cluster id as Kafka writes it, 22 characters of URL-safe base64 (the cluster.id of a node's meta.properties)", *clusterID)
+				return usageErr("--cluster-id %q: want a cluster id as Kafka writes it, 22 characters of URL-safe base64 (the cluster.id of a node's meta.properties)", *clusterID)
 			}
 		}
 		bopts.Logger = logger
@@ -285,11 +333,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		// the cluster's.
 		if *authorizer {
 			if tlsFiles == nil || *tlsCA == "" {
-				return usageError(fs, "--authorizer on a cluster node needs mutual TLS between the nodes: --tls-cert, --tls-key and --tls-client-ca, with each node's certificate principal in --super-users")
+				return usageErr("--authorizer on a cluster node needs mutual TLS between the nodes: --tls-cert, --tls-key and --tls-client-ca, with each node's certificate principal in --super-users")
 			}
 			a, err := acl.New(acl.Config{SuperUsers: acl.ParseSuperUsers(*superUsers)})
 			if err != nil {
-				return usageError(fs, "--super-users %q: %v", *superUsers, err)
+				return usageErr("--super-users %q: %v", *superUsers, err)
 			}
 			opts.Authorizer = a
 			logger.Info("authorizer on; the cluster's ACLs are in its metadata log", "super_users", *superUsers)
@@ -337,7 +385,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		return serveNode(ctx, cfg, hs, logger, stderr)
 	}
 	if *ctrlListen != "" || *clusterID != "" || *sessionTimeout != 0 || dialMap != nil {
-		return usageError(fs, "--controller-listen, --cluster-id, --session-timeout and --dial-map need --controller-quorum-voters")
+		return usageErr("--controller-listen, --cluster-id, --session-timeout and --dial-map need --controller-quorum-voters")
 	}
 	if err := prepareDataDir("spool serve", bf.data, stderr); err != nil {
 		fmt.Fprintf(stderr, "spool serve: %v\n", err)
@@ -352,7 +400,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		}
 		a, err := acl.New(acl.Config{SuperUsers: acl.ParseSuperUsers(*superUsers), Bindings: bindings, Store: store})
 		if err != nil {
-			return usageError(fs, "--super-users %q: %v", *superUsers, err)
+			return usageErr("--super-users %q: %v", *superUsers, err)
 		}
 		opts.Authorizer = a
 		logger.Info("authorizer on", "acls", a.Len(), "super_users", *superUsers)

@@ -227,6 +227,9 @@ func TestServeErrors(t *testing.T) {
 		{"--tls-client-ca", "ca.pem"},
 		{"--tls-cert", "/nonexistent.crt", "--tls-key", "/nonexistent.key"},
 		{"--ssl-principal-mapping-rules", "RULE:broken"},
+		{"--config-strict"},
+		{"--num-partitions", "-1"},
+		{"--log-cleanup-policy", "shred"},
 		{"extra"},
 	} {
 		code, _, stderr := runTool(t, append([]string{"serve", "--data", t.TempDir()}, args...)...)
@@ -238,7 +241,7 @@ func TestServeErrors(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	for _, flag := range []string{"--listen", "--advertised-addr", "--sasl-scram-sha-512", "--log-level", "--flush",
 		"--max-connections", "--max-connections-per-ip", "--socket-request-max-bytes", "--queued-max-request-bytes",
-		"--connections-max-idle", "--request-read-timeout", "--tls-cert", "--tls-key", "--tls-client-ca", "--ssl-principal-mapping-rules"} {
+		"--connections-max-idle", "--request-read-timeout", "--tls-cert", "--tls-key", "--tls-client-ca", "--ssl-principal-mapping-rules", "--config", "--config-strict", "--num-partitions", "--log-retention"} {
 		require.Contains(t, stdout, flag)
 	}
 
