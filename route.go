@@ -25,6 +25,10 @@ type ProduceOptions struct {
 	// Timeout bounds the wait for the in-sync replicas (the produce
 	// request's timeout). Default 30s.
 	Timeout time.Duration
+	// Waited, if not nil, receives how long the write waited for the
+	// in-sync replicas after the leader's own write: a produce request's
+	// remote time. Zero on one broker.
+	Waited *time.Duration
 }
 
 // ProduceBatch appends a batch a Kafka producer encoded to partition n of
@@ -71,7 +75,7 @@ func (s clusterStore) produceBatch(ctx context.Context, topic string, n int32, b
 	case AcksNone:
 		acks = replica.AcksNone
 	}
-	base, err := rs.Append(ctx, batch, replica.AppendOptions{Acks: acks, Timeout: opts.Timeout, Idempotent: true})
+	base, err := rs.Append(ctx, batch, replica.AppendOptions{Acks: acks, Timeout: opts.Timeout, Idempotent: true, Waited: opts.Waited})
 	if err != nil {
 		return -1, b.wrapClosed(err)
 	}

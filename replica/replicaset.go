@@ -54,6 +54,9 @@ type AppendOptions struct {
 	// coordinator's transactional batches are encoded here yet must reach
 	// the producer state.
 	Idempotent bool
+	// Waited, if not nil, receives how long an acks=all append waited for
+	// the in-sync replicas after its own write (a request's remote time).
+	Waited *time.Duration
 }
 
 // ReplicaSet is one partition's replica on one broker: the leader, which
@@ -182,7 +185,11 @@ func (r *ReplicaSet) AppendBatches(ctx context.Context, batches []record.Batch, 
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
+	start := time.Now()
 	res.AckErr = r.waitCommitted(ctx, pending, timeout)
+	if opts.Waited != nil {
+		*opts.Waited = time.Since(start)
+	}
 	return res
 }
 
@@ -514,11 +521,6 @@ func (r *ReplicaSet) proposeISR() {
 			"isr", isr, "state", next, "err", err)
 	case ISRApplied:
 		r.node.log.Info("ISR changed", "topic", r.topic, "partition", r.id, "from", st.ISR, "to", next.ISR)
-		if len(next.ISR) < len(st.ISR) {
-			r.node.isrShrinks.Add(1)
-		} else if len(next.ISR) > len(st.ISR) {
-			r.node.isrExpands.Add(1)
-		}
 		r.applySameEpochLocked(next)
 	}
 }
@@ -528,6 +530,13 @@ func (r *ReplicaSet) proposeISR() {
 func (r *ReplicaSet) applySameEpochLocked(st PartitionState) {
 	if !st.NewerThan(r.state) {
 		return
+	}
+	// Counted here, where a leader takes every ISR change of its epoch:
+	// the controller's answer, or the metadata that carries it.
+	if len(st.ISR) < len(r.state.ISR) {
+		r.node.isrShrinks.Add(1)
+	} else if len(st.ISR) > len(r.state.ISR) {
+		r.node.isrExpands.Add(1)
 	}
 	r.state = st.Clone()
 	r.leader.Apply(st)

@@ -367,6 +367,9 @@ func (c *conn) produceClustered(req *request, pp producePart) {
 	case 1:
 		opts.Acks = spool.AcksLeader
 	}
+	var waited time.Duration
+	opts.Waited = &waited
+	defer func() { req.waited(waited) }()
 	base, err := c.s.b.ProduceBatch(c.ctx, pp.topic, out.Partition, b, opts)
 	if errors.Is(err, spool.ErrUnknownTopic) && c.s.b.AutoCreateTopics() && c.canCreateTopic(pp.topic) {
 		if cerr := c.s.b.CreateTopic(c.ctx, pp.topic, spool.TopicConfig{}); cerr == nil || errors.Is(cerr, spool.ErrTopicExists) {

@@ -383,6 +383,20 @@ func TestClusterISRChangesThroughARemoteController(t *testing.T) {
 		}
 		return false
 	}, 30*time.Second, 50*time.Millisecond, "follower %d leaves the ISR", follower)
+	// The leader's measures say so: an ISR shrink, an under-replicated
+	// partition; exactly one running broker is the active controller.
+	leader := c.running()[part.Leader].Broker()
+	require.Eventually(t, func() bool {
+		st := leader.Stats()
+		return st.ISRShrinks >= 1 && st.UnderReplicated >= 1
+	}, 10*time.Second, 50*time.Millisecond)
+	controllers := 0
+	for _, n := range c.running() {
+		if n.Broker().Stats().ActiveController {
+			controllers++
+		}
+	}
+	require.Equal(t, 1, controllers)
 	c.start(follower)
 	full := func() bool {
 		for _, p := range c.metadata(ctx, cl, "t").Partitions {
@@ -403,6 +417,18 @@ func TestClusterISRChangesThroughARemoteController(t *testing.T) {
 	require.NoError(t, err)
 	defer pcl.Close()
 	require.NoError(t, pcl.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: part.Partition, Value: []byte("x")}).FirstErr())
+	st := leader.Stats()
+	require.GreaterOrEqual(t, st.ISRExpands, int64(1))
+	require.Zero(t, st.UnderReplicated)
+	// The acks=all write waited for the followers: remote time.
+	var produce APIStats
+	for _, a := range c.running()[part.Leader].Server().APIStats() {
+		if a.Name == "Produce" {
+			produce = a
+		}
+	}
+	require.NotZero(t, produce.Requests)
+	require.Positive(t, produce.Remote.Sum, "%+v", produce)
 }
 
 // TestClusterAdministrationThroughAnyBroker: topic administration sent to

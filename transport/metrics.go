@@ -38,16 +38,20 @@ type serverMetrics struct {
 
 // requestTimes are one request's phases, filled in as it is served.
 type requestTimes struct {
-	read    time.Time     // the frame was read
-	started time.Time     // the handler started
-	remote  time.Duration // the handler waited on others: a long poll, followers
+	read    time.Time    // the frame was read
+	started time.Time    // the handler started
+	remote  atomic.Int64 // nanoseconds the handler waited on others: a long poll, followers
 }
 
-// waited adds a wait on something outside the broker (a fetch's long poll,
-// followers acknowledging a write) to the request's remote time.
+// waited records a wait on something outside the broker (a fetch's long
+// poll, followers acknowledging a write) as the request's remote time. The
+// partitions of a produce wait side by side: the longest wait counts.
 func (r *request) waited(d time.Duration) {
-	if d > 0 {
-		r.times.remote += d
+	for {
+		cur := r.times.remote.Load()
+		if int64(d) <= cur || r.times.remote.CompareAndSwap(cur, int64(d)) {
+			return
+		}
 	}
 }
 
@@ -64,22 +68,23 @@ func (m *serverMetrics) record(req *request, handled, sent time.Time, throttle t
 	if failed {
 		a.failed.Add(1)
 	}
-	t := req.times
+	t := &req.times
 	if t.read.IsZero() || t.started.IsZero() {
 		return
 	}
+	remote := time.Duration(t.remote.Load())
 	queue := t.started.Sub(t.read)
-	local := handled.Sub(t.started) - t.remote
+	local := handled.Sub(t.started) - remote
 	send := time.Duration(0)
 	if !sent.IsZero() {
 		send = sent.Sub(handled)
 	}
 	a.queue.Observe(queue)
 	a.local.Observe(local)
-	a.remote.Observe(t.remote)
+	a.remote.Observe(remote)
 	a.send.Observe(send)
 	a.throttle.Observe(throttle)
-	a.total.Observe(queue + local + t.remote + send + throttle)
+	a.total.Observe(queue + local + remote + send + throttle)
 }
 
 // APIStats are the measures of one API's requests.

@@ -120,7 +120,7 @@ func TestClusterCommandsRefusals(t *testing.T) {
 		{[]string{"cluster", "describe", "--bootstrap-server", "localhost:0"}, "with non-zero ports"},
 		{[]string{"cluster", "describe", "--bootstrap-server", "localhost:9092", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"cluster", "describe", "--bootstrap-server", "localhost:9092", "extra"}, `unexpected argument "extra"`},
-		{[]string{"cluster", "describe", "--data", "x", "--bootstrap-server", "localhost:9092"}, "flag provided but not defined: -data"},
+		{[]string{"cluster", "describe", "--data", "x", "--bootstrap-server", "localhost:9092"}, "flag provided but not defined: --data"},
 		{[]string{"cluster", "producers", "--bootstrap-server", "localhost:9092"}, "spool cluster producers: --topic is required"},
 		{[]string{"cluster", "log-dirs", "--broker", "x", "--bootstrap-server", "localhost:9092"}, `invalid value "x" for flag -broker`},
 	} {
