@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,24 +27,59 @@ var (
 )
 
 // Acks is how much of a write a producer waits for before a record counts
-// as delivered (acks). The zero value is AcksAll.
-type Acks int8
+// as delivered (acks), spelled as Kafka spells it: "all" (or "-1"), "1" or
+// "0". The zero value "" is the default, AcksAll. Acks(0) does not compile,
+// so Kafka's acks=0 cannot be mistaken for the default.
+type Acks string
 
 // Acks values.
 const (
 	// AcksAll waits until the record is committed: on one broker, written
 	// to the log (and, under the Sync flush policy, on stable storage); on
 	// a replicated topic, held by every in-sync replica, of which there are
-	// at least MinInSyncReplicas.
-	AcksAll Acks = iota
+	// at least MinInSyncReplicas. Kafka's acks=all; "-1" means the same.
+	AcksAll Acks = "all"
 	// AcksLeader waits until the partition leader has written the record;
 	// on one broker the same as AcksAll. On a replicated topic the record
-	// is lost if the leader fails before a follower copies it.
-	AcksLeader
+	// is lost if the leader fails before a follower copies it. Kafka's
+	// acks=1.
+	AcksLeader Acks = "1"
 	// AcksNone reports delivery as soon as the record is accepted into a
-	// batch, with offset -1, and reports no later error.
-	AcksNone
+	// batch, with offset -1, and reports no later error. Kafka's acks=0.
+	AcksNone Acks = "0"
 )
+
+// ParseAcks returns the Acks that s spells as Kafka's acks setting does:
+// all or -1 (AcksAll; also the empty string, the default), 1 (AcksLeader)
+// or 0 (AcksNone), case-insensitively. Any other value is an error wrapping
+// ErrInvalidConfig.
+func ParseAcks(s string) (Acks, error) {
+	if a, ok := Acks(strings.ToLower(strings.TrimSpace(s))).canonical(); ok {
+		return a, nil
+	}
+	return "", invalidConfig("Acks", s, "want all, -1, 1 or 0")
+}
+
+// canonical is the one place Acks are normalised: the default and Kafka's
+// "-1" become AcksAll. ok is false for a value Kafka does not define.
+func (a Acks) canonical() (_ Acks, ok bool) {
+	switch a {
+	case "", "-1", AcksAll:
+		return AcksAll, true
+	case AcksLeader, AcksNone:
+		return a, true
+	}
+	return a, false
+}
+
+// String returns the acks setting as Kafka spells it: all, 1 or 0 (the
+// value itself, quoted, if it is none of them).
+func (a Acks) String() string {
+	if c, ok := a.canonical(); ok {
+		return string(c)
+	}
+	return strconv.Quote(string(a))
+}
 
 // Producer defaults (Kafka's).
 const (
@@ -123,6 +160,38 @@ type ProducerConfig struct {
 	// ClientID and QuotaUser name the producer to Quota (client.id, and
 	// the user a network client authenticates as).
 	ClientID, QuotaUser string
+}
+
+// validate checks the fields NewProducer has given their defaults, and
+// names the first one out of range.
+func (cfg *ProducerConfig) validate() error {
+	const c = "ProducerConfig."
+	switch {
+	case cfg.BatchBytes < 0:
+		return invalidConfig(c+"BatchBytes", cfg.BatchBytes, "want 0 (the default) or more")
+	case cfg.BufferBytes < 0:
+		return invalidConfig(c+"BufferBytes", cfg.BufferBytes, "want 0 (the default) or more")
+	case cfg.MaxBlock < 0:
+		return invalidConfig(c+"MaxBlock", cfg.MaxBlock, "want 0 (the default) or more")
+	case cfg.DeliveryTimeout < 0:
+		return invalidConfig(c+"DeliveryTimeout", cfg.DeliveryTimeout, "want 0 (the default) or more")
+	case cfg.TransactionTimeout < 0:
+		return invalidConfig(c+"TransactionTimeout", cfg.TransactionTimeout, "want 0 (the default) or more")
+	case cfg.Compression < record.None || cfg.Compression > record.ZSTD:
+		return invalidConfig(c+"Compression", cfg.Compression, "want none, gzip, snappy, lz4 or zstd")
+	}
+	acks, ok := cfg.Acks.canonical()
+	if !ok {
+		return invalidConfig(c+"Acks", cfg.Acks, "want all, -1, 1 or 0")
+	}
+	if cfg.Idempotent && acks != AcksAll {
+		field := c + "Idempotent"
+		if cfg.TransactionalID != "" {
+			field = c + "TransactionalID"
+		}
+		return fmt.Errorf("%w: %s with %s = %s: an idempotent or transactional producer needs AcksAll", ErrInvalidConfig, field, c+"Acks", quoteValue(cfg.Acks))
+	}
+	return nil
 }
 
 // Producer batches records per partition and writes them in the
@@ -238,13 +307,10 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 			cfg.TransactionTimeout = DefaultTransactionTimeout
 		}
 	}
-	if cfg.BatchBytes < 0 || cfg.BufferBytes < 0 || cfg.MaxBlock < 0 || cfg.DeliveryTimeout < 0 || cfg.TransactionTimeout < 0 ||
-		cfg.Acks < AcksAll || cfg.Acks > AcksNone || cfg.Compression < record.None || cfg.Compression > record.ZSTD {
-		return nil, fmt.Errorf("%w: producer %+v", ErrInvalidConfig, cfg)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Idempotent && cfg.Acks != AcksAll {
-		return nil, fmt.Errorf("%w: an idempotent or transactional producer needs AcksAll", ErrInvalidConfig)
-	}
+	cfg.Acks, _ = cfg.Acks.canonical()
 	p := &Producer{
 		b: b, cfg: cfg, topics: map[string]*producerTopic{},
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
