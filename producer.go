@@ -225,6 +225,12 @@ type Producer struct {
 	tx    txnStatus // the transaction, with a TransactionalID
 
 	quotaUntil time.Time // Quota: no partition's sender writes before this; guarded by mu
+
+	// Records that failed since the last Flush and the first one's error,
+	// guarded by mu: Flush reports them, so that a failure is never lost,
+	// even without a callback.
+	failed     int
+	firstError error
 }
 
 // producerTopic is a producer's state for one topic.
@@ -331,13 +337,44 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 // large, a closed producer) are reported through cb before Produce returns.
 // The record's key, value and headers are copied: the caller may reuse them
 // when Produce returns.
+//
+// Every failure, with or without cb, is also counted, and the next Flush
+// (or Close) returns an error saying how many records failed and why the
+// first did: a producer with a nil cb loses no failure silently.
 func (p *Producer) Produce(ctx context.Context, rec Record, cb func(RecordMetadata, error)) {
 	if cb == nil {
 		cb = func(RecordMetadata, error) {}
 	}
 	if err := p.produce(ctx, &rec, cb); err != nil {
+		p.mu.Lock()
+		p.recordFailures(1, err)
+		p.mu.Unlock()
 		cb(RecordMetadata{Topic: rec.Topic, Partition: rec.Partition, Offset: -1}, err)
 	}
+}
+
+// recordFailures counts n records failed with err, for Flush. Called with
+// mu held.
+func (p *Producer) recordFailures(n int, err error) {
+	if p.failed == 0 {
+		p.firstError = err
+	}
+	p.failed += n
+}
+
+// takeFailures returns the error Flush reports for the records failed
+// since the last call (nil: none) and starts counting afresh. Called with
+// mu held.
+func (p *Producer) takeFailures() error {
+	n, err := p.failed, p.firstError
+	p.failed, p.firstError = 0, nil
+	switch {
+	case n == 0:
+		return nil
+	case n == 1:
+		return fmt.Errorf("spool: 1 record failed since the last Flush: %w", err)
+	}
+	return fmt.Errorf("spool: %d records failed since the last Flush; the first: %w", n, err)
 }
 
 func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetadata, error)) error {
@@ -633,6 +670,9 @@ func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
 		cb(md, err)
 	}
 	p.mu.Lock()
+	if err != nil {
+		p.recordFailures(len(bt.cbs), err)
+	}
 	p.release(bt.reserved)
 	p.pending -= len(bt.cbs)
 	if p.pending == 0 && p.idle != nil {
@@ -719,8 +759,24 @@ func (p *Producer) sealDue(now time.Time) time.Time {
 
 // Flush writes every batch now, without waiting out Linger, and returns
 // once every record produced before the call is delivered or failed, or ctx
-// ends.
+// ends (ctx's error). If any record produced since the previous Flush
+// failed - whether or not its callback was nil - Flush returns an error
+// that counts them and wraps the first one's error ("3 records failed
+// since the last Flush; the first: ..."), so errors.Is finds its cause;
+// the count then starts again from zero.
 func (p *Producer) Flush(ctx context.Context) error {
+	if err := p.flush(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.takeFailures()
+}
+
+// flush is Flush without the report of failures: it writes every batch now
+// and waits until every record produced before the call is delivered or
+// failed, or ctx ends.
+func (p *Producer) flush(ctx context.Context) error {
 	p.mu.Lock()
 	for _, pt := range p.topics {
 		for n, a := range pt.accums {
@@ -746,7 +802,9 @@ func (p *Producer) Flush(ctx context.Context) error {
 
 // Close flushes the producer (waiting up to DeliveryTimeout) and stops it;
 // Produce fails with ErrProducerClosed afterwards. A transactional
-// producer's open transaction is aborted first.
+// producer's open transaction is aborted first. As Flush, it returns an
+// error if any record produced since the last Flush failed. It returns once
+// every goroutine the producer started has ended.
 func (p *Producer) Close() error {
 	p.mu.Lock()
 	if p.closed {
