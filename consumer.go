@@ -74,7 +74,9 @@ type ConsumerConfig struct {
 	// Poll (max.partition.fetch.bytes). Default 1 MiB.
 	MaxPartitionFetchBytes int
 	// AutoOffsetReset is where to start without a valid position
-	// (auto.offset.reset). Default ResetLatest.
+	// (auto.offset.reset). Default ResetLatest, as Kafka's: a group with
+	// no committed offsets (a new one) sees only records produced after it
+	// joined; ResetEarliest reads what is already there.
 	AutoOffsetReset OffsetReset
 	// IsolationLevel is which transactional records Poll returns
 	// (isolation.level). Default ReadUncommitted. Transaction markers
