@@ -215,8 +215,12 @@ type Producer struct {
 	lingerArmed bool // the linger loop has a deadline to wait for; guarded by mu
 
 	wake chan struct{} // tells the linger loop of an earlier deadline
-	stop chan struct{}
-	done chan struct{}
+	stop chan struct{} // closed by Close: the linger loop ends, senders stop waiting
+	// goroutines counts the linger loop and the partitions' senders:
+	// Close waits for all of them. A sender is started (Add) only with
+	// mu held and the producer open, or by the linger loop or Close's
+	// flush while the count is above zero.
+	goroutines sync.WaitGroup
 
 	// The idempotent producer's identity, guarded by mu: batches are
 	// stamped with it as they are sent.
@@ -319,13 +323,13 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 	cfg.Acks, _ = cfg.Acks.canonical()
 	p := &Producer{
 		b: b, cfg: cfg, topics: map[string]*producerTopic{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		pid: -1, epoch: -1,
 	}
 	if err := p.initIdentity(); err != nil {
 		return nil, err
 	}
-	go p.lingerLoop()
+	p.goroutines.Go(p.lingerLoop)
 	return p, nil
 }
 
@@ -395,9 +399,18 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 	}
 
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrProducerClosed
+	}
 	if err := p.reserve(ctx, size); err != nil {
 		p.mu.Unlock()
 		return err
+	}
+	if p.closed { // while reserve waited
+		p.release(size)
+		p.mu.Unlock()
+		return ErrProducerClosed
 	}
 	if err := p.txnAccepts(); err != nil {
 		p.release(size)
@@ -583,7 +596,7 @@ func (p *Producer) seal(pt *producerTopic, n int32, a *accum) {
 	pt.tp.OnNewBatch(n)
 	if !a.sending {
 		a.sending = true
-		go p.send(a)
+		p.goroutines.Go(func() { p.send(a) })
 	} else if a.queued != nil {
 		select {
 		case a.queued <- struct{}{}:
@@ -710,7 +723,6 @@ func (p *Producer) quotaWait(size int) {
 
 // lingerLoop seals batches whose Linger has passed.
 func (p *Producer) lingerLoop() {
-	defer close(p.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -834,7 +846,17 @@ func (p *Producer) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DeliveryTimeout)
 	defer cancel()
 	err := p.Flush(ctx)
-	close(p.stop)
-	<-p.done
+	close(p.stop) // a sender still retrying (Flush timed out) gives up
+	p.goroutines.Wait()
 	return err
+}
+
+// stopped reports whether Close has stopped the producer's goroutines.
+func (p *Producer) stopped() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
+	}
 }
