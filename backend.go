@@ -240,7 +240,7 @@ func (s clusterStore) compact(ctx context.Context, name string) (log.CleanStats,
 			mine = append(mine, p)
 		}
 	}
-	return cleanNow(ctx, mine)
+	return b.cleanNow(ctx, mine)
 }
 
 func (s clusterStore) produce(ctx context.Context, rec Record) (RecordMetadata, error) {
@@ -266,13 +266,13 @@ func (s clusterStore) leave() error { return s.b.cl.leave(s.b) }
 
 // cleanNow cleans partitions now, whatever their dirty ratio, and sums
 // what was done.
-func cleanNow(ctx context.Context, parts []*partition.Partition) (log.CleanStats, error) {
+func (b *Broker) cleanNow(ctx context.Context, parts []*partition.Partition) (log.CleanStats, error) {
 	var sum log.CleanStats
 	for _, p := range parts {
 		if err := ctx.Err(); err != nil {
 			return sum, err
 		}
-		st, err := p.Log().Clean(true)
+		st, err := b.compactPartition(p, true)
 		if err != nil {
 			return sum, err
 		}

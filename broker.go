@@ -671,7 +671,7 @@ func (b *Broker) clean(force bool) {
 		if !c {
 			continue
 		}
-		if _, err := p.Log().Clean(force); err != nil && !errors.Is(err, log.ErrClosed) {
+		if _, err := b.compactPartition(p, force); err != nil && !errors.Is(err, log.ErrClosed) {
 			b.logger.Warn("compaction failed", "topic", p.Topic(), "partition", p.ID(), "err", err)
 		}
 	}
@@ -700,7 +700,7 @@ func (s soloStore) compact(ctx context.Context, topicName string) (log.CleanStat
 			offline = append(offline, t.offlineError(int32(i)))
 		}
 	}
-	sum, err = cleanNow(ctx, t.online())
+	sum, err = b.cleanNow(ctx, t.online())
 	if err != nil {
 		return sum, err
 	}
@@ -729,7 +729,7 @@ func (b *Broker) maintain() {
 			if b.closed.Load() {
 				return
 			}
-			if _, err := p.Log().ApplyRetention(); err != nil && !errors.Is(err, log.ErrClosed) {
+			if err := b.applyRetention(p); err != nil && !errors.Is(err, log.ErrClosed) {
 				b.logger.Warn("retention failed", "topic", p.Topic(), "partition", p.ID(), "err", err)
 			}
 			if _, err := p.Log().RollIfOld(); err != nil && !errors.Is(err, log.ErrClosed) {

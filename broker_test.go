@@ -338,7 +338,11 @@ func TestBufferFullAfterMaxBlock(t *testing.T) {
 	var got error
 	p.Produce(cctx, Record{Topic: "t", Value: make([]byte, 100)}, func(_ RecordMetadata, err error) { got = err })
 	require.ErrorIs(t, got, context.Canceled)
-	require.NoError(t, p.Close()) // flushes what was accepted
+	// Close flushes what was accepted, and reports what failed: the
+	// records refused for space and the cancelled one.
+	err = p.Close()
+	require.ErrorIs(t, err, ErrBufferFull)
+	require.ErrorContains(t, err, fmt.Sprintf("%d records failed", full.Load()+1))
 	require.Equal(t, int64(30)-full.Load(), ok.Load())
 }
 
@@ -532,7 +536,7 @@ func TestProducerSettings(t *testing.T) {
 	errc := make(chan error, 1)
 	p.Produce(ctx, Record{Topic: "t", Value: []byte("late")}, func(_ RecordMetadata, err error) { errc <- err })
 	require.ErrorIs(t, <-errc, ErrDeliveryTimeout)
-	require.NoError(t, p.Close())
+	require.ErrorIs(t, p.Close(), ErrDeliveryTimeout, "Close reports the failure too")
 	require.Equal(t, int64(101), part.HighWatermark(), "nothing written")
 
 	// Producing into a closed broker fails the record.

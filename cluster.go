@@ -43,8 +43,8 @@ type ClusterOptions struct {
 	// preferred replica this often (leader.imbalance.check.interval.seconds).
 	// Default 5 minutes; negative: never.
 	PreferredElectionInterval time.Duration
-	// Logger receives the controller's and the replicas' logs. Default:
-	// none.
+	// Logger receives the controller's logs, and the replicas' of a
+	// broker without an Options.Logger of its own. Default: none.
 	Logger *slog.Logger
 }
 
@@ -190,7 +190,7 @@ func (c *LocalCluster) join(b *Broker) error {
 		HeartbeatInterval: c.opts.HeartbeatInterval,
 		FetchMaxWait:      c.opts.FetchMaxWait,
 		FetchBackoff:      c.opts.FetchBackoff,
-		Logger:            c.opts.Logger,
+		Logger:            c.replicaLogger(b),
 	})
 	if err == nil {
 		b.node = node
@@ -201,6 +201,16 @@ func (c *LocalCluster) join(b *Broker) error {
 		c.leave(b)
 	}
 	return err
+}
+
+// replicaLogger is where a node's replicas log their role and ISR changes:
+// the broker's Options.Logger if it has one, so that a broker's operator
+// logs are in one place, else ClusterOptions.Logger.
+func (c *LocalCluster) replicaLogger(b *Broker) *slog.Logger {
+	if b.logger.Handler() != slog.DiscardHandler {
+		return b.logger
+	}
+	return c.opts.Logger
 }
 
 // leave implements clusterBackend: the node shuts down (leaderships move
@@ -246,7 +256,7 @@ func (b *Broker) openReplica(st replica.PartitionState) (*partition.Partition, r
 	if b.replicas == nil {
 		return nil, replica.Config{}, ErrClosed
 	}
-	p, err := partition.Open(dir, st.Topic, st.Partition, partition.Options{Log: b.logOptions(cfg), Replicated: true})
+	p, err := b.openPartition(dir, st.Topic, st.Partition, partition.Options{Log: b.logOptions(cfg), Replicated: true})
 	if err != nil {
 		return nil, replica.Config{}, err
 	}

@@ -74,7 +74,9 @@ type ConsumerConfig struct {
 	// Poll (max.partition.fetch.bytes). Default 1 MiB.
 	MaxPartitionFetchBytes int
 	// AutoOffsetReset is where to start without a valid position
-	// (auto.offset.reset). Default ResetLatest.
+	// (auto.offset.reset). Default ResetLatest, as Kafka's: a group with
+	// no committed offsets (a new one) sees only records produced after it
+	// joined; ResetEarliest reads what is already there.
 	AutoOffsetReset OffsetReset
 	// IsolationLevel is which transactional records Poll returns
 	// (isolation.level). Default ReadUncommitted. Transaction markers
@@ -197,10 +199,8 @@ func (b *Broker) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	if cfg.MaxPartitionFetchBytes == 0 {
 		cfg.MaxPartitionFetchBytes = DefaultMaxPartitionFetchBytes
 	}
-	if cfg.FetchMinBytes < 0 || cfg.FetchMaxWait < 0 || cfg.FetchMaxBytes < 0 || cfg.MaxPartitionFetchBytes < 0 ||
-		cfg.AutoOffsetReset < ResetLatest || cfg.AutoOffsetReset > ResetNone ||
-		cfg.IsolationLevel < ReadUncommitted || cfg.IsolationLevel > ReadCommitted {
-		return nil, fmt.Errorf("%w: consumer %+v", ErrInvalidConfig, cfg)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	c := &Consumer{b: b, cfg: cfg, byTP: map[TopicPartition]*assignment{}}
 	if cfg.Group != "" {
@@ -209,10 +209,49 @@ func (b *Broker) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 			return nil, err
 		}
 		c.grp = g
-	} else if len(cfg.Topics) > 0 {
-		return nil, fmt.Errorf("%w: Topics is a group subscription; set Group, or use Assign", ErrInvalidConfig)
 	}
 	return c, nil
+}
+
+// validate checks the fields NewConsumer has given their defaults, and
+// names the first one out of range.
+func (cfg *ConsumerConfig) validate() error {
+	const c = "ConsumerConfig."
+	for _, n := range []struct {
+		field string
+		value any
+		bad   bool
+	}{
+		{"FetchMinBytes", cfg.FetchMinBytes, cfg.FetchMinBytes < 0},
+		{"FetchMaxWait", cfg.FetchMaxWait, cfg.FetchMaxWait < 0},
+		{"FetchMaxBytes", cfg.FetchMaxBytes, cfg.FetchMaxBytes < 0},
+		{"MaxPartitionFetchBytes", cfg.MaxPartitionFetchBytes, cfg.MaxPartitionFetchBytes < 0},
+		{"SessionTimeout", cfg.SessionTimeout, cfg.SessionTimeout < 0},
+		{"RebalanceTimeout", cfg.RebalanceTimeout, cfg.RebalanceTimeout < 0},
+		{"HeartbeatInterval", cfg.HeartbeatInterval, cfg.HeartbeatInterval < 0},
+		{"AutoCommitInterval", cfg.AutoCommitInterval, cfg.AutoCommitInterval < 0},
+	} {
+		if n.bad {
+			return invalidConfig(c+n.field, n.value, "want 0 (the default) or more")
+		}
+	}
+	switch {
+	case cfg.AutoOffsetReset < ResetLatest || cfg.AutoOffsetReset > ResetNone:
+		return invalidConfig(c+"AutoOffsetReset", cfg.AutoOffsetReset, "want ResetLatest, ResetEarliest or ResetNone")
+	case cfg.IsolationLevel < ReadUncommitted || cfg.IsolationLevel > ReadCommitted:
+		return invalidConfig(c+"IsolationLevel", cfg.IsolationLevel, "want ReadUncommitted or ReadCommitted")
+	case cfg.AutoCommit < Default || cfg.AutoCommit > Disabled:
+		return invalidConfig(c+"AutoCommit", cfg.AutoCommit, "want Default, Enabled or Disabled")
+	case cfg.Group == "" && len(cfg.Topics) > 0:
+		return invalidConfig(c+"Topics", cfg.Topics, "a group subscription needs Group; without one, use Assign")
+	case cfg.Group != "" && len(cfg.Topics) == 0:
+		return invalidConfig(c+"Topics", cfg.Topics, "a group consumer needs Topics")
+	case cfg.GroupProtocol != "" && cfg.GroupProtocol != GroupProtocolClassic && cfg.GroupProtocol != GroupProtocolConsumer:
+		return invalidConfig(c+"GroupProtocol", cfg.GroupProtocol, "want classic or consumer")
+	case cfg.ServerAssignor != "" && cfg.GroupProtocol != GroupProtocolConsumer:
+		return invalidConfig(c+"ServerAssignor", cfg.ServerAssignor, "needs GroupProtocolConsumer")
+	}
+	return nil
 }
 
 // Assign adds partitions of a topic to the consumer (all of them when none

@@ -58,14 +58,8 @@ type groupMember struct {
 // member; its callbacks act on c.
 func newGroupMember(b *Broker, c *Consumer) (*groupMember, error) {
 	cfg := &c.cfg
-	if len(cfg.Topics) == 0 {
-		return nil, fmt.Errorf("%w: a group consumer needs Topics", ErrInvalidConfig)
-	}
 	if cfg.AutoCommitInterval == 0 {
 		cfg.AutoCommitInterval = DefaultAutoCommitInterval
-	}
-	if cfg.AutoCommitInterval < 0 {
-		return nil, fmt.Errorf("%w: AutoCommitInterval %v", ErrInvalidConfig, cfg.AutoCommitInterval)
 	}
 	for _, t := range cfg.Topics {
 		if err := ValidTopicName(t); err != nil {
@@ -89,7 +83,7 @@ func newGroupMember(b *Broker, c *Consumer) (*groupMember, error) {
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: ConsumerConfig (group %q): %w", ErrInvalidConfig, cfg.Group, err)
 	}
 	g.m = m
 	return g, nil

@@ -470,7 +470,7 @@ func (b *Broker) openNetReplica(st replica.PartitionState) (*partition.Partition
 	if p := b.replicas[tp]; p != nil {
 		return p, replica.Config{MinInSyncReplicas: cfg.MinInSyncReplicas}, nil
 	}
-	p, err := partition.Open(dir, st.Topic, st.Partition, partition.Options{Log: lo, Replicated: true})
+	p, err := b.openPartition(dir, st.Topic, st.Partition, partition.Options{Log: lo, Replicated: true})
 	if err != nil {
 		return nil, replica.Config{}, err
 	}

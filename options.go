@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/spoolmq/spool/internal/vfs"
@@ -154,7 +156,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.DefaultPartitions = 1
 	}
 	if o.DefaultPartitions < 0 {
-		return o, fmt.Errorf("%w: DefaultPartitions %d", ErrInvalidConfig, o.DefaultPartitions)
+		return o, invalidConfig("Options.DefaultPartitions", o.DefaultPartitions, "want 0 (the default, 1) or more")
 	}
 	if o.Partitioner == nil {
 		o.Partitioner = partition.DefaultPartitioner()
@@ -168,14 +170,20 @@ func (o Options) withDefaults() (Options, error) {
 	if o.OffsetsTopicPartitions == 0 {
 		o.OffsetsTopicPartitions = DefaultOffsetsTopicPartitions
 	}
-	if o.OffsetsTopicPartitions < 0 || o.CleanerBufferBytes < 0 {
-		return o, fmt.Errorf("%w: OffsetsTopicPartitions %d, CleanerBufferBytes %d", ErrInvalidConfig, o.OffsetsTopicPartitions, o.CleanerBufferBytes)
+	if o.OffsetsTopicPartitions < 0 {
+		return o, invalidConfig("Options.OffsetsTopicPartitions", o.OffsetsTopicPartitions, "want 0 (the default) or more")
+	}
+	if o.CleanerBufferBytes < 0 {
+		return o, invalidConfig("Options.CleanerBufferBytes", o.CleanerBufferBytes, "want 0 (the default) or more")
 	}
 	if o.TransactionStatePartitions == 0 {
 		o.TransactionStatePartitions = DefaultTransactionStatePartitions
 	}
-	if o.TransactionStatePartitions < 0 || o.TransactionMaxTimeout < 0 {
-		return o, fmt.Errorf("%w: TransactionStatePartitions %d, TransactionMaxTimeout %v", ErrInvalidConfig, o.TransactionStatePartitions, o.TransactionMaxTimeout)
+	if o.TransactionStatePartitions < 0 {
+		return o, invalidConfig("Options.TransactionStatePartitions", o.TransactionStatePartitions, "want 0 (the default) or more")
+	}
+	if o.TransactionMaxTimeout < 0 {
+		return o, invalidConfig("Options.TransactionMaxTimeout", o.TransactionMaxTimeout, "want 0 (the default) or more")
 	}
 	if o.OffsetsRetention == 0 {
 		o.OffsetsRetention = 7 * 24 * time.Hour
@@ -190,7 +198,7 @@ func (o Options) withDefaults() (Options, error) {
 		return o, err
 	}
 	if o.NodeID < 0 {
-		return o, fmt.Errorf("%w: NodeID %d", ErrInvalidConfig, o.NodeID)
+		return o, invalidConfig("Options.NodeID", o.NodeID, "want 0 or more")
 	}
 	return o, nil
 }
@@ -278,20 +286,35 @@ type TopicConfig struct {
 }
 
 func (c TopicConfig) validate() error {
+	const f = "TopicConfig."
+	nonNegative := []struct {
+		field string
+		value any
+		bad   bool
+	}{
+		{"Partitions", c.Partitions, c.Partitions < 0},
+		{"SegmentBytes", c.SegmentBytes, c.SegmentBytes < 0},
+		{"SegmentAge", c.SegmentAge, c.SegmentAge < 0},
+		{"MaxMessageBytes", c.MaxMessageBytes, c.MaxMessageBytes < 0},
+		{"DeleteRetention", c.DeleteRetention, c.DeleteRetention < 0},
+		{"MinCompactionLag", c.MinCompactionLag, c.MinCompactionLag < 0},
+		{"MaxCompactionLag", c.MaxCompactionLag, c.MaxCompactionLag < 0},
+		{"ReplicationFactor", c.ReplicationFactor, c.ReplicationFactor < 0},
+		{"MinInSyncReplicas", c.MinInSyncReplicas, c.MinInSyncReplicas < 0},
+	}
+	for _, n := range nonNegative {
+		if n.bad {
+			return invalidConfig(f+n.field, n.value, "want 0 (the default) or more")
+		}
+	}
 	switch {
-	case c.Partitions < 0:
-		return fmt.Errorf("%w: Partitions %d", ErrInvalidConfig, c.Partitions)
-	case c.SegmentBytes < 0, c.SegmentAge < 0, c.MaxMessageBytes < 0:
-		return fmt.Errorf("%w: negative size or age in %+v", ErrInvalidConfig, c)
 	case c.CleanupPolicy != "" && c.CleanupPolicy != CleanupDelete && c.CleanupPolicy != CleanupCompact &&
 		c.CleanupPolicy != CleanupCompactDelete && c.CleanupPolicy != "delete,compact":
-		return fmt.Errorf("%w: cleanup policy %q", ErrInvalidConfig, c.CleanupPolicy)
-	case c.DeleteRetention < 0, c.MinCompactionLag < 0, c.MaxCompactionLag < 0, c.MinCleanableDirtyRatio < 0, c.MinCleanableDirtyRatio > 1:
-		return fmt.Errorf("%w: compaction settings in %+v", ErrInvalidConfig, c)
+		return invalidConfig(f+"CleanupPolicy", c.CleanupPolicy, "want delete, compact or compact,delete")
+	case c.MinCleanableDirtyRatio < 0, c.MinCleanableDirtyRatio > 1:
+		return invalidConfig(f+"MinCleanableDirtyRatio", c.MinCleanableDirtyRatio, "want 0 (the default) to 1")
 	case c.Compression < record.None || c.Compression > record.ZSTD:
-		return fmt.Errorf("%w: compression %d", ErrInvalidConfig, c.Compression)
-	case c.ReplicationFactor < 0, c.MinInSyncReplicas < 0:
-		return fmt.Errorf("%w: ReplicationFactor %d, MinInSyncReplicas %d", ErrInvalidConfig, c.ReplicationFactor, c.MinInSyncReplicas)
+		return invalidConfig(f+"Compression", c.Compression, "want none, gzip, snappy, lz4 or zstd")
 	}
 	return nil
 }
@@ -405,4 +428,20 @@ func (b *Broker) logOptions(c TopicConfig) log.Options {
 		FS:                     b.opts.fs,
 		FlushTimes:             &b.metrics.flush,
 	}
+}
+
+// invalidConfig is the error for one bad setting: it wraps ErrInvalidConfig
+// and names the field and its value, and what is wanted instead, so that
+// the error alone says what to fix - never the whole struct.
+func invalidConfig(field string, value any, want string) error {
+	return fmt.Errorf("%w: %s = %s: %s", ErrInvalidConfig, field, quoteValue(value), want)
+}
+
+// quoteValue formats a setting's value for an error: strings (and types
+// over string) quoted, so that an empty or spaced value shows as one.
+func quoteValue(v any) string {
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.String {
+		return strconv.Quote(rv.String())
+	}
+	return fmt.Sprint(v)
 }

@@ -70,7 +70,7 @@ func (b *Broker) newPartitions(t *topic, from, to int32) ([]*partition.Partition
 		if err := b.fs.Rename(staging, dir); err != nil {
 			return undo(i+1, err)
 		}
-		p, err := partition.Open(dir, t.name, i, partition.Options{Log: b.partitionLogOptions(t)})
+		p, err := b.openPartition(dir, t.name, i, partition.Options{Log: b.partitionLogOptions(t)})
 		if err != nil {
 			return undo(i+1, fmt.Errorf("open %s-%d: %w", t.name, i, err))
 		}
@@ -195,7 +195,7 @@ func (b *Broker) openRegistered(t *topic, n int32) (*partition.Partition, error)
 	} else if id != t.id {
 		return nil, fmt.Errorf("spool: %s belongs to topic id %s, not %s's %s", dir, id, t.name, t.id)
 	}
-	p, err := partition.Open(dir, t.name, n, partition.Options{Log: b.partitionLogOptions(t)})
+	p, err := b.openPartition(dir, t.name, n, partition.Options{Log: b.partitionLogOptions(t)})
 	if err != nil {
 		return nil, fmt.Errorf("spool: open %s-%d: %w", t.name, n, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,24 +27,59 @@ var (
 )
 
 // Acks is how much of a write a producer waits for before a record counts
-// as delivered (acks). The zero value is AcksAll.
-type Acks int8
+// as delivered (acks), spelled as Kafka spells it: "all" (or "-1"), "1" or
+// "0". The zero value "" is the default, AcksAll. Acks(0) does not compile,
+// so Kafka's acks=0 cannot be mistaken for the default.
+type Acks string
 
 // Acks values.
 const (
 	// AcksAll waits until the record is committed: on one broker, written
 	// to the log (and, under the Sync flush policy, on stable storage); on
 	// a replicated topic, held by every in-sync replica, of which there are
-	// at least MinInSyncReplicas.
-	AcksAll Acks = iota
+	// at least MinInSyncReplicas. Kafka's acks=all; "-1" means the same.
+	AcksAll Acks = "all"
 	// AcksLeader waits until the partition leader has written the record;
 	// on one broker the same as AcksAll. On a replicated topic the record
-	// is lost if the leader fails before a follower copies it.
-	AcksLeader
+	// is lost if the leader fails before a follower copies it. Kafka's
+	// acks=1.
+	AcksLeader Acks = "1"
 	// AcksNone reports delivery as soon as the record is accepted into a
-	// batch, with offset -1, and reports no later error.
-	AcksNone
+	// batch, with offset -1, and reports no later error. Kafka's acks=0.
+	AcksNone Acks = "0"
 )
+
+// ParseAcks returns the Acks that s spells as Kafka's acks setting does:
+// all or -1 (AcksAll; also the empty string, the default), 1 (AcksLeader)
+// or 0 (AcksNone), case-insensitively. Any other value is an error wrapping
+// ErrInvalidConfig.
+func ParseAcks(s string) (Acks, error) {
+	if a, ok := Acks(strings.ToLower(strings.TrimSpace(s))).canonical(); ok {
+		return a, nil
+	}
+	return "", invalidConfig("Acks", s, "want all, -1, 1 or 0")
+}
+
+// canonical is the one place Acks are normalised: the default and Kafka's
+// "-1" become AcksAll. ok is false for a value Kafka does not define.
+func (a Acks) canonical() (_ Acks, ok bool) {
+	switch a {
+	case "", "-1", AcksAll:
+		return AcksAll, true
+	case AcksLeader, AcksNone:
+		return a, true
+	}
+	return a, false
+}
+
+// String returns the acks setting as Kafka spells it: all, 1 or 0 (the
+// value itself, quoted, if it is none of them).
+func (a Acks) String() string {
+	if c, ok := a.canonical(); ok {
+		return string(c)
+	}
+	return strconv.Quote(string(a))
+}
 
 // Producer defaults (Kafka's).
 const (
@@ -125,6 +162,38 @@ type ProducerConfig struct {
 	ClientID, QuotaUser string
 }
 
+// validate checks the fields NewProducer has given their defaults, and
+// names the first one out of range.
+func (cfg *ProducerConfig) validate() error {
+	const c = "ProducerConfig."
+	switch {
+	case cfg.BatchBytes < 0:
+		return invalidConfig(c+"BatchBytes", cfg.BatchBytes, "want 0 (the default) or more")
+	case cfg.BufferBytes < 0:
+		return invalidConfig(c+"BufferBytes", cfg.BufferBytes, "want 0 (the default) or more")
+	case cfg.MaxBlock < 0:
+		return invalidConfig(c+"MaxBlock", cfg.MaxBlock, "want 0 (the default) or more")
+	case cfg.DeliveryTimeout < 0:
+		return invalidConfig(c+"DeliveryTimeout", cfg.DeliveryTimeout, "want 0 (the default) or more")
+	case cfg.TransactionTimeout < 0:
+		return invalidConfig(c+"TransactionTimeout", cfg.TransactionTimeout, "want 0 (the default) or more")
+	case cfg.Compression < record.None || cfg.Compression > record.ZSTD:
+		return invalidConfig(c+"Compression", cfg.Compression, "want none, gzip, snappy, lz4 or zstd")
+	}
+	acks, ok := cfg.Acks.canonical()
+	if !ok {
+		return invalidConfig(c+"Acks", cfg.Acks, "want all, -1, 1 or 0")
+	}
+	if cfg.Idempotent && acks != AcksAll {
+		field := c + "Idempotent"
+		if cfg.TransactionalID != "" {
+			field = c + "TransactionalID"
+		}
+		return fmt.Errorf("%w: %s with %s = %s: an idempotent or transactional producer needs AcksAll", ErrInvalidConfig, field, c+"Acks", quoteValue(cfg.Acks))
+	}
+	return nil
+}
+
 // Producer batches records per partition and writes them in the
 // background, as Kafka's producer does: a batch is written when it reaches
 // BatchBytes or has waited Linger. Records produced to one partition are
@@ -146,8 +215,12 @@ type Producer struct {
 	lingerArmed bool // the linger loop has a deadline to wait for; guarded by mu
 
 	wake chan struct{} // tells the linger loop of an earlier deadline
-	stop chan struct{}
-	done chan struct{}
+	stop chan struct{} // closed by Close: the linger loop ends, senders stop waiting
+	// goroutines counts the linger loop and the partitions' senders:
+	// Close waits for all of them. A sender is started (Add) only with
+	// mu held and the producer open, or by the linger loop or Close's
+	// flush while the count is above zero.
+	goroutines sync.WaitGroup
 
 	// The idempotent producer's identity, guarded by mu: batches are
 	// stamped with it as they are sent.
@@ -158,6 +231,12 @@ type Producer struct {
 	quotaUntil time.Time // Quota: no partition's sender writes before this; guarded by mu
 
 	stats producerStats // what Stats reads (stats.go)
+
+	// Records that failed since the last Flush and the first one's error,
+	// guarded by mu: Flush reports them, so that a failure is never lost,
+	// even without a callback.
+	failed     int
+	firstError error
 }
 
 // producerTopic is a producer's state for one topic.
@@ -240,22 +319,19 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 			cfg.TransactionTimeout = DefaultTransactionTimeout
 		}
 	}
-	if cfg.BatchBytes < 0 || cfg.BufferBytes < 0 || cfg.MaxBlock < 0 || cfg.DeliveryTimeout < 0 || cfg.TransactionTimeout < 0 ||
-		cfg.Acks < AcksAll || cfg.Acks > AcksNone || cfg.Compression < record.None || cfg.Compression > record.ZSTD {
-		return nil, fmt.Errorf("%w: producer %+v", ErrInvalidConfig, cfg)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Idempotent && cfg.Acks != AcksAll {
-		return nil, fmt.Errorf("%w: an idempotent or transactional producer needs AcksAll", ErrInvalidConfig)
-	}
+	cfg.Acks, _ = cfg.Acks.canonical()
 	p := &Producer{
 		b: b, cfg: cfg, topics: map[string]*producerTopic{},
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		pid: -1, epoch: -1,
 	}
 	if err := p.initIdentity(); err != nil {
 		return nil, err
 	}
-	go p.lingerLoop()
+	p.goroutines.Go(p.lingerLoop)
 	return p, nil
 }
 
@@ -267,13 +343,44 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 // large, a closed producer) are reported through cb before Produce returns.
 // The record's key, value and headers are copied: the caller may reuse them
 // when Produce returns.
+//
+// Every failure, with or without cb, is also counted, and the next Flush
+// (or Close) returns an error saying how many records failed and why the
+// first did: a producer with a nil cb loses no failure silently.
 func (p *Producer) Produce(ctx context.Context, rec Record, cb func(RecordMetadata, error)) {
 	if cb == nil {
 		cb = func(RecordMetadata, error) {}
 	}
 	if err := p.produce(ctx, &rec, cb); err != nil {
+		p.mu.Lock()
+		p.recordFailures(1, err)
+		p.mu.Unlock()
 		cb(RecordMetadata{Topic: rec.Topic, Partition: rec.Partition, Offset: -1}, err)
 	}
+}
+
+// recordFailures counts n records failed with err, for Flush. Called with
+// mu held.
+func (p *Producer) recordFailures(n int, err error) {
+	if p.failed == 0 {
+		p.firstError = err
+	}
+	p.failed += n
+}
+
+// takeFailures returns the error Flush reports for the records failed
+// since the last call (nil: none) and starts counting afresh. Called with
+// mu held.
+func (p *Producer) takeFailures() error {
+	n, err := p.failed, p.firstError
+	p.failed, p.firstError = 0, nil
+	switch {
+	case n == 0:
+		return nil
+	case n == 1:
+		return fmt.Errorf("spool: 1 record failed since the last Flush: %w", err)
+	}
+	return fmt.Errorf("spool: %d records failed since the last Flush; the first: %w", n, err)
 }
 
 func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetadata, error)) error {
@@ -294,9 +401,18 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 	}
 
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrProducerClosed
+	}
 	if err := p.reserve(ctx, size); err != nil {
 		p.mu.Unlock()
 		return err
+	}
+	if p.closed { // while reserve waited
+		p.release(size)
+		p.mu.Unlock()
+		return ErrProducerClosed
 	}
 	if err := p.txnAccepts(); err != nil {
 		p.release(size)
@@ -482,7 +598,7 @@ func (p *Producer) seal(pt *producerTopic, n int32, a *accum) {
 	pt.tp.OnNewBatch(n)
 	if !a.sending {
 		a.sending = true
-		go p.send(a)
+		p.goroutines.Go(func() { p.send(a) })
 	} else if a.queued != nil {
 		select {
 		case a.queued <- struct{}{}:
@@ -571,6 +687,9 @@ func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
 		cb(md, err)
 	}
 	p.mu.Lock()
+	if err != nil {
+		p.recordFailures(len(bt.cbs), err)
+	}
 	p.release(bt.reserved)
 	p.pending -= len(bt.cbs)
 	if p.pending == 0 && p.idle != nil {
@@ -608,7 +727,6 @@ func (p *Producer) quotaWait(size int) {
 
 // lingerLoop seals batches whose Linger has passed.
 func (p *Producer) lingerLoop() {
-	defer close(p.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -657,8 +775,24 @@ func (p *Producer) sealDue(now time.Time) time.Time {
 
 // Flush writes every batch now, without waiting out Linger, and returns
 // once every record produced before the call is delivered or failed, or ctx
-// ends.
+// ends (ctx's error). If any record produced since the previous Flush
+// failed - whether or not its callback was nil - Flush returns an error
+// that counts them and wraps the first one's error ("3 records failed
+// since the last Flush; the first: ..."), so errors.Is finds its cause;
+// the count then starts again from zero.
 func (p *Producer) Flush(ctx context.Context) error {
+	if err := p.flush(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.takeFailures()
+}
+
+// flush is Flush without the report of failures: it writes every batch now
+// and waits until every record produced before the call is delivered or
+// failed, or ctx ends.
+func (p *Producer) flush(ctx context.Context) error {
 	p.mu.Lock()
 	for _, pt := range p.topics {
 		for n, a := range pt.accums {
@@ -684,7 +818,9 @@ func (p *Producer) Flush(ctx context.Context) error {
 
 // Close flushes the producer (waiting up to DeliveryTimeout) and stops it;
 // Produce fails with ErrProducerClosed afterwards. A transactional
-// producer's open transaction is aborted first.
+// producer's open transaction is aborted first. As Flush, it returns an
+// error if any record produced since the last Flush failed. It returns once
+// every goroutine the producer started has ended.
 func (p *Producer) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -714,7 +850,17 @@ func (p *Producer) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.DeliveryTimeout)
 	defer cancel()
 	err := p.Flush(ctx)
-	close(p.stop)
-	<-p.done
+	close(p.stop) // a sender still retrying (Flush timed out) gives up
+	p.goroutines.Wait()
 	return err
+}
+
+// stopped reports whether Close has stopped the producer's goroutines.
+func (p *Producer) stopped() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
+	}
 }

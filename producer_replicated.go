@@ -217,6 +217,19 @@ func (p *Producer) settle(a *accum, fl []*sendGroup) []*sendGroup {
 		case <-changed:
 		case <-a.queued:
 		case <-timer.C:
+		case <-p.stop:
+			// Close gave up waiting (its Flush timed out): what is
+			// still in flight has an unknown outcome.
+			timer.Stop()
+			for _, g := range fl {
+				for i := range g.results {
+					if g.results[i].err == nil {
+						g.results[i].err = fmt.Errorf("%w: closed while the write awaited the in-sync replicas", ErrProducerClosed)
+					}
+				}
+				p.completeGroup(a, g)
+			}
+			return nil
 		}
 		timer.Stop()
 		if len(fl) < maxInFlight {
@@ -246,9 +259,13 @@ func (g *sendGroup) markResend() {
 func (p *Producer) resend(a *accum, g *sendGroup) {
 	todo := g.todo
 	for len(todo) > 0 {
-		if p.b.closed.Load() {
+		if p.b.closed.Load() || p.stopped() {
+			err := ErrClosed
+			if !p.b.closed.Load() {
+				err = ErrProducerClosed
+			}
 			for _, i := range todo {
-				g.results[i] = sendResult{base: -1, err: ErrClosed}
+				g.results[i] = sendResult{base: -1, err: err}
 			}
 			return
 		}
@@ -263,7 +280,12 @@ func (p *Producer) resend(a *accum, g *sendGroup) {
 			}
 			return
 		}
-		time.Sleep(p.cfg.RetryBackoff)
+		backoff := time.NewTimer(p.cfg.RetryBackoff)
+		select {
+		case <-backoff.C:
+		case <-p.stop: // Close: the next round fails what is left
+		}
+		backoff.Stop()
 	}
 }
 

@@ -375,7 +375,7 @@ func (p *Producer) endTransaction(ctx context.Context, commit bool) error {
 	p.tx.state = mid
 	p.mu.Unlock()
 
-	if err := p.Flush(ctx); err != nil {
+	if err := p.flush(ctx); err != nil {
 		p.mu.Lock()
 		if p.tx.state == mid && prev == txnOngoing {
 			p.tx.state = prev
@@ -384,6 +384,9 @@ func (p *Producer) endTransaction(ctx context.Context, commit bool) error {
 		return err
 	}
 	p.mu.Lock()
+	// The transaction's records are reported by its outcome (tx.err makes
+	// a commit fail), not again by the next Flush.
+	p.takeFailures()
 	failed, added, pid, epoch := p.tx.err, p.tx.added, p.pid, p.epoch
 	if p.tx.state == txnFatal {
 		p.mu.Unlock()

@@ -99,8 +99,16 @@ func (b *Broker) NewShareConsumer(cfg ShareConsumerConfig) (*ShareConsumer, erro
 	}
 	cfg.MaxRecords = cmp.Or(cfg.MaxRecords, DefaultShareMaxRecords)
 	cfg.FetchMaxWait = cmp.Or(cfg.FetchMaxWait, DefaultFetchMaxWait)
-	if cfg.Group == "" || len(cfg.Topics) == 0 || cfg.MaxRecords < 0 || cfg.FetchMaxWait < 0 {
-		return nil, fmt.Errorf("%w: a share consumer needs Group and Topics: %+v", ErrInvalidConfig, cfg)
+	const c = "ShareConsumerConfig."
+	switch {
+	case cfg.Group == "":
+		return nil, invalidConfig(c+"Group", cfg.Group, "a share consumer needs a Group")
+	case len(cfg.Topics) == 0:
+		return nil, invalidConfig(c+"Topics", cfg.Topics, "a share consumer needs Topics")
+	case cfg.MaxRecords < 0:
+		return nil, invalidConfig(c+"MaxRecords", cfg.MaxRecords, "want 0 (the default) or more")
+	case cfg.FetchMaxWait < 0:
+		return nil, invalidConfig(c+"FetchMaxWait", cfg.FetchMaxWait, "want 0 (the default) or more")
 	}
 	for _, t := range append(slices.Clone(cfg.Topics), cfg.DeadLetterTopic) {
 		if t == "" {

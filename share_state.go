@@ -110,8 +110,12 @@ func (b *Broker) ShareGroupConfig(group string) ShareGroupConfig {
 // returns. AutoOffsetReset must be "latest" or "earliest"
 // (ErrInvalidConfig).
 func (b *Broker) SetShareGroupConfig(ctx context.Context, group string, cfg ShareGroupConfig) error {
-	if group == "" || cfg.AutoOffsetReset != "latest" && cfg.AutoOffsetReset != "earliest" {
-		return fmt.Errorf("%w: share group %q: share.auto.offset.reset %q (latest or earliest)", ErrInvalidConfig, group, cfg.AutoOffsetReset)
+	if group == "" {
+		return fmt.Errorf("%w: a share group needs a name", ErrInvalidConfig)
+	}
+	if cfg.AutoOffsetReset != "latest" && cfg.AutoOffsetReset != "earliest" {
+		return fmt.Errorf("%w: ShareGroupConfig.AutoOffsetReset = %q for share group %q: want latest or earliest (share.auto.offset.reset)",
+			ErrInvalidConfig, cfg.AutoOffsetReset, group)
 	}
 	if b.opts.Node != nil || b.opts.Cluster != nil {
 		return fmt.Errorf("spool: share group %q: share groups need a standalone broker: %w", group, errors.ErrUnsupported)

@@ -1,6 +1,7 @@
 package log
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -112,6 +113,11 @@ type RecoveryInfo struct {
 	TruncatedBytes int64
 	// SegmentsDropped counts whole segments removed after damage.
 	SegmentsDropped int
+	// TruncatedSegment is the file of the first segment whose tail was
+	// cut, "" if none was.
+	TruncatedSegment string
+	// Duration is how long opening and recovery took.
+	Duration time.Duration
 }
 
 // Open opens the log in dir, creating the directory if needed, and recovers
@@ -151,7 +157,9 @@ func OpenWithInfo(dir string, opts Options) (*Log, RecoveryInfo, error) {
 	l.batchBuf.New = func() any { b := make([]byte, 0, 64<<10); return &b }
 	l.iters.New = func() any { return new(record.Iterator) }
 
+	began := time.Now()
 	info, err := l.load()
+	info.Duration = time.Since(began)
 	if err != nil {
 		l.closeSegments(false)
 		lk.Close()
@@ -349,6 +357,7 @@ func (l *Log) openSegments(bases []int64, cp Checkpoint, info *RecoveryInfo) err
 				return fail(fmt.Errorf("log: %w (valid data follows; not truncating acknowledged data: inspect with spool check)", damaged))
 			}
 			info.TruncatedBytes += res.FileSize - res.ValidSize
+			info.TruncatedSegment = cmp.Or(info.TruncatedSegment, s.Path())
 			l.logger.Warn("truncating log after invalid batch", "file", s.Path(), "position", res.ValidSize,
 				"bytes", res.FileSize-res.ValidSize, "torn_tail", tornTail, "err", res.Err)
 			if err := s.DropTail(); err != nil {
@@ -415,6 +424,7 @@ func (l *Log) openSegments(bases []int64, cp Checkpoint, info *RecoveryInfo) err
 					return fail(&segment.CorruptError{Path: active.Path(), Position: res.ValidSize, Err: res.Err})
 				}
 				info.TruncatedBytes += res.FileSize - res.ValidSize
+				info.TruncatedSegment = cmp.Or(info.TruncatedSegment, active.Path())
 				if err := active.DropTail(); err != nil {
 					return fail(err)
 				}

@@ -46,12 +46,29 @@ func whollyBelow(segs []*segment.Segment, offset int64) int {
 // them - when the cleanup policy includes delete. It runs in the background every RetentionCheckInterval; it returns
 // the number of segments deleted.
 func (l *Log) ApplyRetention() (int, error) {
+	st, err := l.ApplyRetentionStats()
+	return st.Segments, err
+}
+
+// RetentionStats reports what one ApplyRetention deleted.
+type RetentionStats struct {
+	// Segments and Bytes count the segments deleted and their bytes.
+	Segments int
+	Bytes    int64
+	// StartOffset is the log start offset after them: every offset
+	// below it is gone. Meaningful when Segments > 0.
+	StartOffset int64
+}
+
+// ApplyRetentionStats is ApplyRetention reporting what it deleted, for the
+// caller to log.
+func (l *Log) ApplyRetentionStats() (RetentionStats, error) {
 	if !l.opts.Cleanup.deletes() {
-		return 0, nil // compacted only: kept until compaction removes it
+		return RetentionStats{}, nil // compacted only: kept until compaction removes it
 	}
 	defer l.lockState()()
 	if err := l.writable(); err != nil {
-		return 0, err
+		return RetentionStats{}, err
 	}
 	segs := l.segments()
 	limit := l.retentionLimit()
@@ -68,7 +85,7 @@ func (l *Log) ApplyRetention() (int, error) {
 		if l.opts.RetentionTime < 1<<62 {
 			maxTS, err := s.MaxTimestamp()
 			if err != nil {
-				return 0, err
+				return RetentionStats{}, err
 			}
 			if maxTS < 0 && s.Size() > 0 {
 				// No record carries a timestamp (message format v0
@@ -90,14 +107,18 @@ func (l *Log) ApplyRetention() (int, error) {
 		n++
 	}
 	if n == 0 {
-		return 0, nil
+		return RetentionStats{}, nil
 	}
 	newStart := max(l.start.Load(), segs[n].Base())
 	if err := l.writeStateLocked(newStart); err != nil {
-		return 0, err
+		return RetentionStats{}, err
 	}
 	l.start.Store(newStart)
-	return n, l.deleteFirst(n)
+	st := RetentionStats{Segments: n, StartOffset: newStart}
+	for _, s := range segs[:n] {
+		st.Bytes += s.Size()
+	}
+	return st, l.deleteFirst(n)
 }
 
 // retentionLimit is the offset retention may not delete past: the

@@ -49,6 +49,8 @@ type Partition struct {
 	hwNotify   notify.Notifier
 	hwFile     *hwCheckpoint // replicated only
 
+	recovery log.RecoveryInfo // what opening the log recovered
+
 	producers          producerHolder // idempotent producers, loaded on first use
 	producerExpiration time.Duration
 }
@@ -67,11 +69,11 @@ func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
 		// open there may still abort.
 		opts.Log.CleanLimit = p.LastStableOffset
 	}
-	l, err := log.Open(dir, opts.Log)
+	l, recovery, err := log.OpenWithInfo(dir, opts.Log)
 	if err != nil {
 		return nil, err
 	}
-	p.log = l
+	p.log, p.recovery = l, recovery
 	p.epoch.Store(opts.LeaderEpoch)
 	if opts.Replicated {
 		p.epoch.Store(-1)
@@ -178,6 +180,10 @@ func (p *Partition) Dir() string { return p.dir }
 
 // Log is the partition's log.
 func (p *Partition) Log() *log.Log { return p.log }
+
+// Recovery reports what recovering the partition's log did when it was
+// opened (Clean: nothing to recover), for the opener to log.
+func (p *Partition) Recovery() log.RecoveryInfo { return p.recovery }
 
 // Epochs is the leader-epoch cache.
 func (p *Partition) Epochs() *EpochCache { return p.epochs }

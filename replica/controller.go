@@ -116,6 +116,9 @@ type LocalController struct {
 
 	stop chan struct{}
 	done chan struct{}
+	// deliveries counts the members' delivery goroutines, which Close
+	// waits for: none outlives the controller.
+	deliveries sync.WaitGroup
 }
 
 type registration struct {
@@ -149,7 +152,8 @@ func NewLocalController(cfg ControllerConfig) *LocalController {
 	return c
 }
 
-// Close stops the controller's background work and its deliveries.
+// Close stops the controller's background work and its deliveries, and
+// returns once every goroutine it started has ended.
 func (c *LocalController) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -163,6 +167,7 @@ func (c *LocalController) Close() error {
 	c.mu.Unlock()
 	close(c.stop)
 	<-c.done
+	c.deliveries.Wait()
 	return nil
 }
 
@@ -222,7 +227,7 @@ func (c *LocalController) Register(ctx context.Context, id int32, m Member) (int
 		}
 	}
 	c.nextEpoch++
-	r := &registration{epoch: c.nextEpoch, member: m, lastBeat: time.Now(), queue: newDelivery(m)}
+	r := &registration{epoch: c.nextEpoch, member: m, lastBeat: time.Now(), queue: newDelivery(m, &c.deliveries)}
 	c.brokers[id] = r
 	c.log.Info("broker registered", "broker", id, "broker_epoch", r.epoch)
 	for _, name := range c.topicNames() {
@@ -502,9 +507,10 @@ type delivery struct {
 	once   sync.Once
 }
 
-func newDelivery(m Member) *delivery {
+// newDelivery starts a member's delivery goroutine, counted in wg.
+func newDelivery(m Member, wg *sync.WaitGroup) *delivery {
 	d := &delivery{member: m, wake: make(chan struct{}, 1), stop: make(chan struct{})}
-	go d.run()
+	wg.Go(d.run)
 	return d
 }
 

@@ -88,6 +88,10 @@ type ReplicaSet struct {
 	// in the last fetch of the current fetcher, before it is capped at
 	// this replica's log end; -1 before that fetch.
 	leaderHW atomic.Int64
+	// fencedLogged is, per follower, the stale leader epoch whose fetch
+	// this leader last logged as fenced, so that a follower retrying with
+	// it is logged once; guarded by mu.
+	fencedLogged map[int32]int32
 }
 
 func newReplicaSet(n *Node, p *partition.Partition, cfg Config, topic string, id int32) *ReplicaSet {
@@ -342,11 +346,28 @@ func (r *ReplicaSet) checkLeaderLocked(epoch int32) error {
 	return nil
 }
 
+// logFencedLocked logs, once per follower and stale epoch, that this
+// leader fenced a follower's fetch made in an older leader epoch.
+func (r *ReplicaSet) logFencedLocked(replica, epoch int32) {
+	if last, ok := r.fencedLogged[replica]; ok && last == epoch {
+		return
+	}
+	if r.fencedLogged == nil {
+		r.fencedLogged = map[int32]int32{}
+	}
+	r.fencedLogged[replica] = epoch
+	r.node.log.Info("fenced a replica with a stale leader epoch", "topic", r.topic, "partition", r.id,
+		"replica", replica, "replica_leader_epoch", epoch, "leader_epoch", r.state.LeaderEpoch, "partition_epoch", r.state.PartitionEpoch)
+}
+
 // handleFetch serves a follower's fetch as the leader.
 func (r *ReplicaSet) handleFetch(ctx context.Context, req *FetchRequest) (*FetchResponse, error) {
 	now := time.Now()
 	r.mu.Lock()
 	if err := r.checkLeaderLocked(req.CurrentLeaderEpoch); err != nil {
+		if errors.Is(err, ErrFencedLeaderEpoch) {
+			r.logFencedLocked(req.ReplicaID, req.CurrentLeaderEpoch)
+		}
 		r.mu.Unlock()
 		return nil, err
 	}
@@ -520,7 +541,12 @@ func (r *ReplicaSet) proposeISR() {
 		r.node.log.Info("ISR change answered with a state not yet seen; waiting for it", "topic", r.topic, "partition", r.id,
 			"isr", isr, "state", next, "err", err)
 	case ISRApplied:
-		r.node.log.Info("ISR changed", "topic", r.topic, "partition", r.id, "from", st.ISR, "to", next.ISR)
+		msg := "ISR expanded"
+		if len(next.ISR) < len(st.ISR) {
+			msg = "ISR shrunk"
+		}
+		r.node.log.Info(msg, "topic", r.topic, "partition", r.id, "old_isr", st.ISR, "isr", next.ISR,
+			"leader_epoch", next.LeaderEpoch, "partition_epoch", next.PartitionEpoch)
 		r.applySameEpochLocked(next)
 	}
 }
@@ -576,7 +602,7 @@ func (r *ReplicaSet) Apply(st PartitionState) {
 	defer r.roleMu.Unlock()
 	if st.Leader == self {
 		if err := r.part.BecomeLeader(st.LeaderEpoch); err != nil {
-			r.node.log.Error("cannot become leader", "topic", r.topic, "partition", r.id, "epoch", st.LeaderEpoch, "err", err)
+			r.node.log.Error("cannot become leader", "topic", r.topic, "partition", r.id, "leader_epoch", st.LeaderEpoch, "err", err)
 			r.mu.Lock()
 			r.state, r.known, r.leader = st.Clone(), true, nil
 			r.changed.Broadcast()
@@ -590,20 +616,24 @@ func (r *ReplicaSet) Apply(st PartitionState) {
 		r.advanceLocked()
 		r.changed.Broadcast()
 		r.mu.Unlock()
-		r.node.log.Info("leading", "topic", r.topic, "partition", r.id, "epoch", st.LeaderEpoch, "isr", st.ISR,
-			"log_end", r.part.EndOffset(), "high_watermark", r.part.HighWatermark())
+		r.node.log.Info("became leader", "topic", r.topic, "partition", r.id, "leader_epoch", st.LeaderEpoch,
+			"partition_epoch", st.PartitionEpoch, "isr", st.ISR, "log_end", r.part.EndOffset(), "high_watermark", r.part.HighWatermark())
 		if f := r.node.cfg.OnRoleChange; f != nil {
 			f(r.topic, r.id, true, st.LeaderEpoch)
 		}
 		return
 	}
 	if err := r.part.BecomeFollower(st.LeaderEpoch); err != nil {
-		r.node.log.Error("cannot become follower", "topic", r.topic, "partition", r.id, "epoch", st.LeaderEpoch, "err", err)
+		r.node.log.Error("cannot become follower", "topic", r.topic, "partition", r.id, "leader_epoch", st.LeaderEpoch, "err", err)
 	}
 	r.mu.Lock()
 	r.state, r.known, r.leader = st.Clone(), true, nil
 	r.changed.Broadcast()
 	r.mu.Unlock()
+	if st.HasReplica(self) {
+		r.node.log.Info("became follower", "topic", r.topic, "partition", r.id, "leader", st.Leader,
+			"leader_epoch", st.LeaderEpoch, "partition_epoch", st.PartitionEpoch, "isr", st.ISR)
+	}
 	if f := r.node.cfg.OnRoleChange; f != nil && leading {
 		f(r.topic, r.id, false, st.LeaderEpoch)
 	}

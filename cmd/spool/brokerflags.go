@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spoolmq/spool"
@@ -140,16 +139,11 @@ func codecFlag(fs *flag.FlagSet, c *record.Codec, usage string) {
 func acksFlag(fs *flag.FlagSet, a *spool.Acks) {
 	fs.Func("acks", "the `level` of acknowledgement: all (or -1): a record counts as delivered once written, and with --flush sync on stable storage; 1: the same, on one broker; 0: as soon as it is batched, with offset -1 (default all)",
 		func(s string) error {
-			switch strings.ToLower(s) {
-			case "all", "-1":
-				*a = spool.AcksAll
-			case "1":
-				*a = spool.AcksLeader
-			case "0":
-				*a = spool.AcksNone
-			default:
-				return fmt.Errorf("want all, -1, 1 or 0")
+			acks, err := spool.ParseAcks(s)
+			if err != nil {
+				return fmt.Errorf("%q: want all, -1, 1 or 0", s)
 			}
+			*a = acks
 			return nil
 		})
 }

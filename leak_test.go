@@ -1,0 +1,171 @@
+package spool
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/spoolmq/spool/quota"
+)
+
+// These tests check that each Close joins the goroutines its object
+// started: goleak compares the goroutines after Close with those before
+// the object was opened (IgnoreCurrent), so goroutines of other tests or of
+// an object the test keeps open do not count.
+
+// brokerLogs ignores the logs of internal topics (__consumer_offsets,
+// __share_group_state) that the broker opens at a group's first use: the
+// broker owns them and joins them at its Close
+// (TestBrokerCloseLeavesNoGoroutines), the consumer does not.
+var brokerLogs = goleak.IgnoreTopFunction("github.com/spoolmq/spool/log.(*Log).background")
+
+func TestBrokerCloseLeavesNoGoroutines(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	b, err := Open(t.TempDir(), Options{RetentionCheckInterval: time.Millisecond})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{Partitions: 2, CleanupPolicy: CleanupCompact}))
+	p, err := b.NewProducer(ProducerConfig{})
+	require.NoError(t, err)
+	for i := range 10 {
+		p.Produce(ctx, Record{Topic: "t", Key: []byte{byte(i % 3)}, Value: []byte("v")}, nil)
+	}
+	require.NoError(t, p.Close())
+	require.Len(t, consumeAll(t, b, "t"), 10)
+	require.NoError(t, b.Close())
+}
+
+func TestProducerCloseLeavesNoGoroutines(t *testing.T) {
+	b := openBroker(t, t.TempDir(), Options{})
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{Partitions: 4}))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	for range 20 {
+		p, err := b.NewProducer(ProducerConfig{Linger: -1})
+		require.NoError(t, err)
+		for i := range 40 {
+			p.Produce(ctx, Record{Topic: "t", Partition: int32(i % 4), Value: []byte("v")}, nil)
+		}
+		require.NoError(t, p.Close())
+		// Close returned: no sender may run on. Checked at once, not
+		// eventually, as goleak would.
+		p.mu.Lock()
+		for _, pt := range p.topics {
+			for _, a := range pt.accums {
+				require.False(t, a.sending, "a sender of %s-%d outlived Close", a.topic, a.id)
+			}
+		}
+		p.mu.Unlock()
+	}
+}
+
+func TestConsumerCloseLeavesNoGoroutines(t *testing.T) {
+	b := openBroker(t, t.TempDir(), Options{})
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{Partitions: 2}))
+	p, err := b.NewProducer(ProducerConfig{})
+	require.NoError(t, err)
+	for range 10 {
+		p.Produce(ctx, Record{Topic: "t", Value: []byte("v")}, nil)
+	}
+	require.NoError(t, p.Close())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), brokerLogs)
+
+	c, err := b.NewConsumer(ConsumerConfig{AutoOffsetReset: ResetEarliest, FetchMaxWait: 10 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, c.Assign("t"))
+	_, err = c.Poll(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+
+	g, err := b.NewConsumer(ConsumerConfig{Group: "g", Topics: []string{"t"}, AutoOffsetReset: ResetEarliest,
+		FetchMaxWait: 10 * time.Millisecond, HeartbeatInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	got := 0
+	for deadline := time.Now().Add(10 * time.Second); got < 10 && time.Now().Before(deadline); {
+		recs, err := g.Poll(ctx)
+		require.NoError(t, err)
+		got += len(recs)
+	}
+	require.Equal(t, 10, got)
+	require.NoError(t, g.Close())
+}
+
+func TestShareConsumerCloseLeavesNoGoroutines(t *testing.T) {
+	b := openBroker(t, t.TempDir(), Options{})
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "jobs", TopicConfig{}))
+	p, err := b.NewProducer(ProducerConfig{})
+	require.NoError(t, err)
+	p.Produce(ctx, Record{Topic: "jobs", Value: []byte("job")}, nil)
+	require.NoError(t, p.Close())
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), brokerLogs)
+
+	c, err := b.NewShareConsumer(ShareConsumerConfig{Group: "workers", Topics: []string{"jobs"}, FetchMaxWait: 10 * time.Millisecond})
+	require.NoError(t, err)
+	recs, err := c.Poll(ctx)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.NoError(t, c.Ack(ctx, recs...))
+	require.NoError(t, c.Close())
+}
+
+func TestClusterCloseLeavesNoGoroutines(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c := NewLocalCluster(ClusterOptions{SessionTimeout: 300 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond,
+		ReplicaLagTime: 200 * time.Millisecond, FetchMaxWait: 100 * time.Millisecond, FetchBackoff: 50 * time.Millisecond})
+	root := t.TempDir()
+	var bs []*Broker
+	for id := int32(1); id <= 3; id++ {
+		b, err := Open(filepath.Join(root, fmt.Sprintf("node-%d", id)), Options{Cluster: c, NodeID: id})
+		require.NoError(t, err)
+		bs = append(bs, b)
+	}
+	ctx := context.Background()
+	require.NoError(t, bs[0].CreateTopic(ctx, "t", TopicConfig{Partitions: 2, ReplicationFactor: 3}))
+	p, err := bs[0].NewProducer(ProducerConfig{Acks: AcksAll, Linger: time.Millisecond})
+	require.NoError(t, err)
+	produceAcked(t, p, "t", "v", 20)
+	require.NoError(t, p.Close())
+	for _, b := range bs {
+		require.NoError(t, b.Close())
+	}
+	require.NoError(t, c.Close())
+}
+
+// TestProducerCloseJoinsASenderItGaveUpOn makes Close's flush time out
+// while a sender waits out a quota, so that Close stops it: when Close
+// returns, the sender has ended and reported its records - none is left
+// running, or calls back, after Close.
+func TestProducerCloseJoinsASenderItGaveUpOn(t *testing.T) {
+	m, err := quota.New(quota.Config{Quotas: map[quota.Entity]map[quota.Key]float64{
+		{HasClient: true, ClientID: "slow"}: {quota.ProducerByteRate: 100},
+	}})
+	require.NoError(t, err)
+	b := openBroker(t, t.TempDir(), Options{})
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{}))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	p, err := b.NewProducer(ProducerConfig{Quota: m, ClientID: "slow", Linger: -1, DeliveryTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	var called atomic.Int32
+	for range 3 {
+		p.Produce(ctx, Record{Topic: "t", Value: make([]byte, 4<<10)}, func(RecordMetadata, error) { called.Add(1) })
+	}
+	require.ErrorIs(t, p.Close(), context.DeadlineExceeded, "the quota holds the sender past DeliveryTimeout")
+	require.EqualValues(t, 3, called.Load(), "every callback ran before Close returned")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.False(t, p.topics["t"].accums[0].sending, "the sender ended before Close returned")
+}
