@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -541,12 +542,6 @@ func (r *ReplicaSet) proposeISR() {
 		r.node.log.Info("ISR change answered with a state not yet seen; waiting for it", "topic", r.topic, "partition", r.id,
 			"isr", isr, "state", next, "err", err)
 	case ISRApplied:
-		msg := "ISR expanded"
-		if len(next.ISR) < len(st.ISR) {
-			msg = "ISR shrunk"
-		}
-		r.node.log.Info(msg, "topic", r.topic, "partition", r.id, "old_isr", st.ISR, "isr", next.ISR,
-			"leader_epoch", next.LeaderEpoch, "partition_epoch", next.PartitionEpoch)
 		r.applySameEpochLocked(next)
 	}
 }
@@ -557,12 +552,20 @@ func (r *ReplicaSet) applySameEpochLocked(st PartitionState) {
 	if !st.NewerThan(r.state) {
 		return
 	}
-	// Counted here, where a leader takes every ISR change of its epoch:
-	// the controller's answer, or the metadata that carries it.
-	if len(st.ISR) < len(r.state.ISR) {
-		r.node.isrShrinks.Add(1)
-	} else if len(st.ISR) > len(r.state.ISR) {
-		r.node.isrExpands.Add(1)
+	// Logged and counted here, where a leader takes every ISR change of
+	// its epoch: the controller's answer, or the metadata that carries it.
+	if !slices.Equal(st.ISR, r.state.ISR) {
+		msg := "ISR changed"
+		switch {
+		case len(st.ISR) < len(r.state.ISR):
+			msg = "ISR shrunk"
+			r.node.isrShrinks.Add(1)
+		case len(st.ISR) > len(r.state.ISR):
+			msg = "ISR expanded"
+			r.node.isrExpands.Add(1)
+		}
+		r.node.log.Info(msg, "topic", r.topic, "partition", r.id, "old_isr", r.state.ISR, "isr", st.ISR,
+			"leader_epoch", st.LeaderEpoch, "partition_epoch", st.PartitionEpoch)
 	}
 	r.state = st.Clone()
 	r.leader.Apply(st)
