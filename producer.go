@@ -352,6 +352,7 @@ func (p *Producer) Produce(ctx context.Context, rec Record, cb func(RecordMetada
 		cb = func(RecordMetadata, error) {}
 	}
 	if err := p.produce(ctx, &rec, cb); err != nil {
+		p.stats.failed.Add(1)
 		p.mu.Lock()
 		p.recordFailures(1, err)
 		p.mu.Unlock()
