@@ -197,3 +197,54 @@ func ExampleProducer_BeginTransaction() {
 	// debit 5
 	// credit 5
 }
+
+// Stats and Lag read what a broker measured, without a metrics library: a
+// topic's traffic, each partition's offsets and size, a consumer group's
+// lag (package spoolprom exports the same to Prometheus).
+func ExampleBroker_Stats() {
+	dir, _ := os.MkdirTemp("", "spool-example-")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	b, err := spool.Open(dir, spool.Options{})
+	if err != nil {
+		panic(err)
+	}
+	defer b.Close()
+	if err := b.CreateTopic(ctx, "events", spool.TopicConfig{Partitions: 1}); err != nil {
+		panic(err)
+	}
+	for i := range 10 {
+		if _, err := b.Produce(ctx, spool.Record{Topic: "events", Value: fmt.Appendf(nil, "e%d", i)}); err != nil {
+			panic(err)
+		}
+	}
+
+	// A group member has processed four records and commits that: six
+	// behind.
+	c, err := b.NewConsumer(spool.ConsumerConfig{Group: "billing", Topics: []string{"events"},
+		AutoOffsetReset: spool.ResetEarliest})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	if _, err := c.Poll(ctx); err != nil {
+		panic(err)
+	}
+	if err := c.CommitOffsets(ctx, map[spool.TopicPartition]int64{{Topic: "events", Partition: 0}: 4}); err != nil {
+		panic(err)
+	}
+
+	st := b.Stats()
+	// Partitions: events' one and __consumer_offsets' fifty.
+	fmt.Println("records in:", st.Topics[0].RecordsIn, "partitions:", st.PartitionCount, "under-replicated:", st.UnderReplicated)
+	lag, err := b.Lag(ctx, "billing")
+	if err != nil {
+		panic(err)
+	}
+	for _, l := range lag {
+		fmt.Printf("%s-%d committed %d of %d: lag %d\n", l.Topic, l.Partition, l.Committed, l.End, l.Lag)
+	}
+	// Output:
+	// records in: 10 partitions: 51 under-replicated: 0
+	// events-0 committed 4 of 10: lag 6
+}
