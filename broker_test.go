@@ -155,7 +155,7 @@ func TestTopicAdministration(t *testing.T) {
 	var got error
 	p.Produce(ctx, Record{Topic: "nope"}, func(_ RecordMetadata, err error) { got = err })
 	require.ErrorIs(t, got, ErrUnknownTopic)
-	require.NoError(t, p.Close())
+	require.ErrorIs(t, p.Close(), ErrUnknownTopic, "Close reports what failed since the last Flush")
 
 	d, err := b.DescribeTopic("a.b_c-1")
 	require.NoError(t, err)
@@ -272,7 +272,7 @@ func TestBadInputGetsTypedErrors(t *testing.T) {
 	require.NoError(t, err)
 	manual.Produce(ctx, Record{Topic: "t", Partition: 3, Value: []byte("x")}, func(_ RecordMetadata, err error) { got = err })
 	require.ErrorIs(t, got, ErrUnknownPartition)
-	require.NoError(t, manual.Close())
+	require.ErrorIs(t, manual.Close(), ErrUnknownPartition, "Close reports what failed since the last Flush")
 	d, _ := b.DescribeTopic("t")
 	require.Equal(t, int64(0), d.Partitions[0].EndOffset, "nothing written")
 
@@ -293,7 +293,7 @@ func TestBadInputGetsTypedErrors(t *testing.T) {
 	_, err = c.Poll(ctx)
 	require.ErrorIs(t, err, ErrOffsetOutOfRange)
 
-	require.NoError(t, p.Close())
+	require.ErrorIs(t, p.Close(), ErrRecordTooLarge, "Close reports what failed since the last Flush")
 	p.Produce(ctx, Record{Topic: "t", Value: []byte("x")}, func(_ RecordMetadata, err error) { got = err })
 	require.ErrorIs(t, got, ErrProducerClosed)
 

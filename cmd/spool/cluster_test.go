@@ -122,7 +122,7 @@ func TestClusterCommandsRefusals(t *testing.T) {
 		{[]string{"cluster", "describe", "--bootstrap-server", "localhost:9092", "extra"}, `unexpected argument "extra"`},
 		{[]string{"cluster", "describe", "--data", "x", "--bootstrap-server", "localhost:9092"}, "flag provided but not defined: --data"},
 		{[]string{"cluster", "producers", "--bootstrap-server", "localhost:9092"}, "spool cluster producers: --topic is required"},
-		{[]string{"cluster", "log-dirs", "--broker", "x", "--bootstrap-server", "localhost:9092"}, `invalid value "x" for flag -broker`},
+		{[]string{"cluster", "log-dirs", "--broker", "x", "--bootstrap-server", "localhost:9092"}, `invalid value "x" for flag --broker`},
 	} {
 		code, stdout, stderr := runTool(t, tc.args...)
 		require.Equal(t, exitUsage, code, "%v", tc.args)
