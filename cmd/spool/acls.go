@@ -266,8 +266,13 @@ func runACLsDelete(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if !ok {
 		return code
 	}
-	if f.ResourceType == acl.ResourceAny && f.Principal == nil && f.Host == nil && ops[0] == acl.OpAny && f.Permission == acl.PermissionAny && !*all {
+	noFilter := f.ResourceType == acl.ResourceAny && f.Principal == nil && f.Host == nil && ops[0] == acl.OpAny && f.Permission == acl.PermissionAny
+	switch {
+	case noFilter && !*all:
 		return usageError(fs, "no filter: give filter flags, or --all to delete every ACL")
+	case !noFilter && *all:
+		// The filter decides what goes; --all beside it would be ignored.
+		return usageError(fs, "--all deletes every ACL: give it without filter flags, or drop it to delete what the filter flags select")
 	}
 	if code, ok := of.check(); !ok {
 		return code

@@ -29,10 +29,26 @@ type brokerFlags struct {
 	remote string
 }
 
-// addBrokerFlags defines --data and --flush on fs.
-func addBrokerFlags(fs *flag.FlagSet) *brokerFlags {
+// Whether a command that opens a broker takes --flush, the flush policy of
+// the records it appends: only commands that append records take it.
+const (
+	withoutFlush = false // the command only reads, or writes no records
+	withFlush    = true  // the command appends records (or commits offsets)
+)
+
+// addBrokerFlags defines --data on fs, and --flush if flush (withFlush).
+//
+// --flush is the policy of appends: a command that appends nothing has no
+// use for it, and must not offer it. (Its only effect there would be to
+// loosen what opening a log tolerates - under none, damage inside a log is
+// truncated rather than refused - which a command that only reads must
+// never do on a user's say-so.)
+func addBrokerFlags(fs *flag.FlagSet, flush bool) *brokerFlags {
 	bf := &brokerFlags{}
 	fs.StringVar(&bf.data, "data", defaultDataDir, "the broker's data `dir`ectory")
+	if !flush {
+		return bf
+	}
 	fs.Func("flush", "flush `policy`: sync (an acknowledged record is on stable storage), none (the OS writes back), or interval:D (fsync every D) (default sync)",
 		func(s string) error {
 			p, err := log.ParseFlushPolicy(s)
@@ -111,6 +127,30 @@ func closeBroker(name string, b *spool.Broker, code int, stderr io.Writer) int {
 		return exitProblem
 	}
 	return code
+}
+
+// setFlags returns the names of the flags given on fs's command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// requireFlag refuses, as a usage error, any of the flags names given on
+// fs's command line without the flag need (have says whether need is in
+// effect): they do something only beside it. ok is false, with the exit
+// status in code, after a refusal.
+func requireFlag(fs *flag.FlagSet, have bool, need string, names ...string) (code int, ok bool) {
+	if have {
+		return exitOK, true
+	}
+	set := setFlags(fs)
+	for _, name := range names {
+		if set[name] {
+			return usageError(fs, "--%s needs --%s", name, need), false
+		}
+	}
+	return exitOK, true
 }
 
 // usageError prints a usage problem found after parsing, then the usage,

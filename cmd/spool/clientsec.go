@@ -28,6 +28,11 @@ type clientSecurity struct {
 // --sasl-password-file.
 const saslPasswordEnv = "SPOOL_SASL_PASSWORD"
 
+// clientSecurityFlags are the names of the flags addClientSecurityFlags
+// defines: a command where --bootstrap-server is optional refuses them
+// without it, as they only secure its connections.
+var clientSecurityFlags = []string{"sasl-mechanism", "sasl-user", "sasl-password-file", "tls", "tls-ca", "tls-cert", "tls-key"}
+
 func addClientSecurityFlags(fs *flag.FlagSet) *clientSecurity {
 	cs := &clientSecurity{}
 	fs.StringVar(&cs.saslMechanism, "sasl-mechanism", "", "authenticate with SASL `mechanism` PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with --sasl-user)")

@@ -47,7 +47,7 @@ func parseStartPosition(s string) (startPosition, error) {
 func runConsume(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("consume", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	bf := addBrokerFlags(fs)
+	bf := addBrokerFlags(fs, withoutFlush) // it only reads
 	topic := fs.String("topic", "", "the `topic` to read")
 	from := startPosition{kind: "latest"}
 	fs.Func("from", "the `position` to start from in each partition: earliest, latest (only new records), an offset (one outside a partition's log is moved to its start or end), or an RFC 3339 time (the first record at or after it) (default latest)",
@@ -89,18 +89,12 @@ func runConsume(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		out: bufio.NewWriterSize(stdout, 64<<10), stderr: stderr,
 		printOffsets: *printOffsets, printKeys: *printKeys, count: *count, timeout: *timeout,
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *bootstrap == "" {
-		for _, name := range []string{"sasl-mechanism", "sasl-user", "sasl-password-file", "tls", "tls-ca", "tls-cert", "tls-key"} {
-			if set[name] {
-				return usageError(fs, "--%s needs --bootstrap-server", name)
-			}
-		}
+	if code, ok := requireFlag(fs, *bootstrap != "", "bootstrap-server", clientSecurityFlags...); !ok {
+		return code
 	}
 	if *bootstrap != "" {
-		if set["data"] || set["flush"] {
-			return usageError(fs, "--data and --flush open a data directory; with --bootstrap-server the brokers' own are used")
+		if setFlags(fs)["data"] {
+			return usageError(fs, "--data opens a data directory; with --bootstrap-server the brokers' own are used")
 		}
 		var servers []string
 		for _, s := range strings.Split(*bootstrap, ",") {

@@ -131,5 +131,5 @@ func TestConsumeBootstrapServer(t *testing.T) {
 
 	code, _, stderr = runTool(t, "consume", "--bootstrap-server", s.addr, "--data", data, "--topic", "events")
 	require.Equal(t, exitUsage, code)
-	require.Contains(t, stderr, "--data and --flush open a data directory")
+	require.Contains(t, stderr, "--data opens a data directory")
 }

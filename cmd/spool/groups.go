@@ -40,9 +40,11 @@ func runGroups(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 }
 
 // newGroupsFlagSet returns the flag set of "spool groups NAME", with the
-// broker flags defined.
-func newGroupsFlagSet(name, args, doc string, stderr io.Writer) (*flag.FlagSet, *brokerFlags) {
-	return newSubcommandFlagSet("groups", name, args, doc, stderr)
+// broker flags defined: --data, and --flush if flush (withFlush) - for
+// the commands that commit offsets, which are records of
+// __consumer_offsets.
+func newGroupsFlagSet(name string, flush bool, args, doc string, stderr io.Writer) (*flag.FlagSet, *brokerFlags) {
+	return newSubcommandFlagSet("groups", name, args, doc, flush, stderr)
 }
 
 // withBroker opens the broker, runs fn on it and closes it. An error from
@@ -62,7 +64,7 @@ func withBroker(name string, bf *brokerFlags, stderr io.Writer, fn func(*spool.B
 }
 
 func runGroupsList(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs, bf := newGroupsFlagSet("list", "[flags]",
+	fs, bf := newGroupsFlagSet("list", withoutFlush, "[flags]",
 		"Prints the groups the broker knows, sorted, one a line: name, state and protocol type\n"+
 			"(consumer for Kafka consumers). Group membership lives in memory: a broker opened\n"+
 			"afresh, as this command does, knows only the groups with committed offsets, all Empty.", stderr)
@@ -86,7 +88,7 @@ func listGroups(b *spool.Broker, w io.Writer) {
 }
 
 func runGroupsDescribe(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs, bf := newGroupsFlagSet("describe", "--group G [flags]",
+	fs, bf := newGroupsFlagSet("describe", withoutFlush, "--group G [flags]",
 		"Describes a group, like kafka-consumer-groups --describe: its state, protocol type and\n"+
 			"protocol, generation and leader; its members with their client and host and, while the\n"+
 			"group is Stable, their assignment; then, for each partition the group has an offset\n"+
@@ -210,7 +212,7 @@ func describeGroup(b *spool.Broker, name string, w io.Writer) error {
 }
 
 func runGroupsDelete(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs, bf := newGroupsFlagSet("delete", "--group G [flags]",
+	fs, bf := newGroupsFlagSet("delete", withFlush, "--group G [flags]",
 		"Deletes a group and its committed offsets. Only a group without members (Empty) can be\n"+
 			"deleted.", stderr)
 	name := fs.String("group", "", "the `name` of the group to delete")
@@ -269,7 +271,7 @@ type resetRow struct {
 }
 
 func runGroupsResetOffsets(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs, bf := newGroupsFlagSet("reset-offsets",
+	fs, bf := newGroupsFlagSet("reset-offsets", withFlush,
 		"--group G --topic T [--partition P] (--to-earliest | --to-latest | --to-offset N | --to-datetime TIME | --shift-by N) [--execute] [flags]",
 		"Moves a group's committed offsets for a topic's partitions (all of them, or --partition),\n"+
 			"like kafka-consumer-groups --reset-offsets. It prints the plan - each partition's current\n"+
@@ -317,6 +319,10 @@ func runGroupsResetOffsets(_ context.Context, args []string, stdout, stderr io.W
 	})
 	execute := fs.Bool("execute", false, "apply the plan (default: only print it)")
 	if code, ok := parseArgs(fs, args); !ok {
+		return code
+	}
+	// Without --execute nothing is committed, so there is nothing to flush.
+	if code, ok := requireFlag(fs, *execute, "execute", "flush"); !ok {
 		return code
 	}
 	ways := 0

@@ -112,8 +112,11 @@
 // spool.Open, which locks it: while one of them runs, another fails with a
 // message saying the directory is in use. A cluster node's data directory
 // (it holds the metadata log, __cluster_metadata-0) is refused: only the
-// node opens it; reach the cluster with topics --bootstrap-server. Their --flush flag (sync, none
-// or interval:D; default sync) is the broker's flush policy. They exit 1
+// node opens it; reach the cluster with topics --bootstrap-server. Those that append
+// records (produce, perf produce, serve, and groups delete and
+// reset-offsets --execute, which commit offsets) take --flush (sync, none
+// or interval:D; default sync), the broker's flush policy; the others
+// append nothing and do not offer it. They exit 1
 // when the broker reports an error (an invalid topic name, a topic that
 // exists or does not, a group that does not exist or has members, a record
 // that failed) and 2 on usage errors.

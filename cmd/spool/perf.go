@@ -35,11 +35,11 @@ const payloadPoolBytes = 64 << 20
 func runPerfProduce(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("perf produce", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	bf := addBrokerFlags(fs)
+	bf := addBrokerFlags(fs, withFlush)
 	topic := fs.String("topic", "", "the `topic` to produce to (created with --partitions if it does not exist)")
 	records := fs.Int64("records", 0, "how many records to produce")
 	recordSize := fs.Int("record-size", 0, "the `bytes` of each record's value (random, no key)")
-	partitions := fs.Int("partitions", 1, "the partition count of the topic if it is created")
+	partitions := fs.Int("partitions", 1, "the partition count of the topic if it is created (an existing topic must have as many)")
 	var cfg spool.ProducerConfig
 	acksFlag(fs, &cfg.Acks)
 	linger := fs.Duration("linger", spool.DefaultLinger, "how long a batch waits for more records before it is written (linger.ms); 0: no wait")
@@ -81,7 +81,13 @@ func runPerfProduce(ctx context.Context, args []string, stdout, stderr io.Writer
 	if !ok {
 		return exitProblem
 	}
-	if _, err := b.DescribeTopic(*topic); errors.Is(err, spool.ErrUnknownTopic) {
+	if d, err := b.DescribeTopic(*topic); err == nil && setFlags(fs)["partitions"] && len(d.Partitions) != *partitions {
+		// --partitions only sizes a topic this creates: rather than
+		// ignore it, say that the topic measured is not the one asked for.
+		code := usageError(fs, "--partitions %d: --topic %s exists, with %d partitions; drop --partitions, or name a new --topic",
+			*partitions, *topic, len(d.Partitions))
+		return closeBroker("spool perf produce", b, code, stderr)
+	} else if errors.Is(err, spool.ErrUnknownTopic) {
 		err = b.CreateTopic(ctx, *topic, spool.TopicConfig{Partitions: int32(*partitions)})
 		if err != nil {
 			fmt.Fprintf(stderr, "spool perf produce: %v\n", err)
@@ -263,7 +269,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 func runPerfConsume(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("perf consume", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	bf := addBrokerFlags(fs)
+	bf := addBrokerFlags(fs, withoutFlush) // it only reads
 	topic := fs.String("topic", "", "the `topic` to read")
 	records := fs.Int64("records", 0, "how many records to read (default: all those below the high watermarks at the start)")
 	fetchMaxBytes := fs.Int("fetch-max-bytes", spool.DefaultFetchMaxBytes, "the most `bytes` of batches one Poll reads (fetch.max.bytes)")

@@ -29,7 +29,7 @@ import (
 func runProduce(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	bf := addBrokerFlags(fs)
+	bf := addBrokerFlags(fs, withFlush)
 	topic := fs.String("topic", "", "the `topic` to produce to (created, with one partition, if it does not exist)")
 	keySep := fs.String("key-separator", "", "split each line at the first `sep`arator: the text before it is the key, after it the value; a line without it has no key (default: no keys)")
 	printAcks := fs.Bool("print-acks", false, "print \"PARTITION OFFSET\" for each record once it is written")

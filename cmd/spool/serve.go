@@ -46,7 +46,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "read settings from a Kafka broker's server.properties `file`; flags given beside it win (see README, \"The config file\")")
 	configStrict := fs.Bool("config-strict", false, "with --config: refuse to start on a key spool does not know, instead of reporting it")
-	bf := addBrokerFlags(fs)
+	bf := addBrokerFlags(fs, withFlush)
 	defaults := addBrokerDefaultFlags(fs)
 	listen := fs.String("listen", "localhost:9092", "the `host:port` to accept Kafka clients on (listeners); port 0 picks a free one")
 	advertised := fs.String("advertised-addr", "", "the `host:port` clients are told to connect to (advertised.listeners) (default: the listener's address)")
@@ -246,6 +246,11 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 	}
 	if *superUsers != "" && !*authorizer {
 		return usageErr("--super-users needs --authorizer")
+	}
+	if *principalRules != "" && *principalRules != "DEFAULT" && *tlsCA == "" {
+		// The rules map client certificates' subjects, and only
+		// --tls-client-ca has clients present certificates.
+		return usageErr("--ssl-principal-mapping-rules needs --tls-client-ca: without mutual TLS no client presents a certificate to map")
 	}
 	if err := transport.CheckPrincipalMappingRules(*principalRules); err != nil {
 		return usageErr("--ssl-principal-mapping-rules: %v", err)

@@ -58,11 +58,11 @@ func runSubcommand(ctx context.Context, group, synopsis, about string, cmds []su
 }
 
 // newSubcommandFlagSet returns the flag set of "spool GROUP NAME", with the
-// broker flags defined.
-func newSubcommandFlagSet(group, name, args, doc string, stderr io.Writer) (*flag.FlagSet, *brokerFlags) {
+// broker flags defined: --data, and --flush if flush (withFlush).
+func newSubcommandFlagSet(group, name, args, doc string, flush bool, stderr io.Writer) (*flag.FlagSet, *brokerFlags) {
 	fs := flag.NewFlagSet(group+" "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	bf := addBrokerFlags(fs)
+	bf := addBrokerFlags(fs, flush)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: spool %s %s %s\n\n%s\n\nFlags:\n", group, name, args, doc)
 		printFlags(fs)

@@ -38,9 +38,10 @@ func runTopics(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 // unless --timeout says otherwise.
 const defaultAdminTimeout = 30 * time.Second
 
-// topicsFlags are the flags every "spool topics" command has: the broker
-// flags, which open a data directory, or --bootstrap-server, which reaches
-// a running broker or cluster instead.
+// topicsFlags are the flags every "spool topics" command has: --data,
+// which opens a data directory, or --bootstrap-server, which reaches a
+// running broker or cluster instead. None takes --flush: no topics command
+// appends records.
 type topicsFlags struct {
 	*brokerFlags
 	fs        *flag.FlagSet
@@ -50,10 +51,10 @@ type topicsFlags struct {
 	sec       *clientSecurity
 }
 
-// newTopicsFlagSet returns the flag set of "spool topics NAME", with the
-// broker flags, --bootstrap-server and --timeout defined.
+// newTopicsFlagSet returns the flag set of "spool topics NAME", with
+// --data, --bootstrap-server, its security flags and --timeout defined.
 func newTopicsFlagSet(name, args, doc string, stderr io.Writer) (*flag.FlagSet, *topicsFlags) {
-	fs, bf := newSubcommandFlagSet("topics", name, args, doc, stderr)
+	fs, bf := newSubcommandFlagSet("topics", name, args, doc, withoutFlush, stderr)
 	bf.remote = "--bootstrap-server"
 	tf := &topicsFlags{brokerFlags: bf, fs: fs}
 	fs.StringVar(&tf.bootstrap, "bootstrap-server", "", "instead of opening --data, reach a running broker or cluster over the Kafka protocol at `host:port[,host:port...]` (one or more of its brokers)")
@@ -64,23 +65,18 @@ func newTopicsFlagSet(name, args, doc string, stderr io.Writer) (*flag.FlagSet, 
 
 // mode reports, once the flags are parsed, whether the command is to reach
 // brokers over the network (--bootstrap-server) rather than open a data
-// directory. Flags of the other mode are usage errors: --data and --flush
-// with --bootstrap-server, and remoteOnly flags (those only a server
-// takes) without it. ok is false, with the exit status in code, after a
-// usage error.
+// directory. Flags of the other mode are usage errors: --data with
+// --bootstrap-server, and without it --timeout, the security flags and
+// remoteOnly flags (those only a server takes). ok is false, with the
+// exit status in code, after a usage error.
 func (tf *topicsFlags) mode(remoteOnly ...string) (remote bool, code int, ok bool) {
-	set := map[string]bool{}
-	tf.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	set := setFlags(tf.fs)
 	if tf.bootstrap == "" {
-		for _, name := range append(remoteOnly, "timeout") {
-			if set[name] {
-				return false, usageError(tf.fs, "--%s needs --bootstrap-server", name), false
-			}
-		}
-		return false, exitOK, true
+		code, ok := requireFlag(tf.fs, false, "bootstrap-server", append(append(remoteOnly, "timeout"), clientSecurityFlags...)...)
+		return false, code, ok
 	}
-	if set["data"] || set["flush"] {
-		return false, usageError(tf.fs, "--data and --flush open a data directory; with --bootstrap-server the brokers' own are used"), false
+	if set["data"] {
+		return false, usageError(tf.fs, "--data opens a data directory; with --bootstrap-server the brokers' own are used"), false
 	}
 	if tf.timeout <= 0 {
 		return false, usageError(tf.fs, "--timeout must be positive, not %v", tf.timeout), false

@@ -186,7 +186,7 @@ func TestTopicsRemoteStandalone(t *testing.T) {
 			[]string{"--retention-ms and --config retention.ms=1 set the same setting"}},
 		{"describe unknown", []string{"describe", "--topic", "nope"}, exitProblem, []string{`spool topics describe: topic "nope": UNKNOWN_TOPIC_OR_PARTITION`}},
 		{"delete unknown", []string{"delete", "--topic", "nope"}, exitProblem, []string{`spool topics delete: topic "nope": UNKNOWN_TOPIC_OR_PARTITION`}},
-		{"flush", []string{"list", "--flush", "none"}, exitUsage, []string{"--data and --flush open a data directory"}},
+		{"flush", []string{"list", "--flush", "none"}, exitUsage, []string{"flag provided but not defined: --flush"}},
 		{"zero timeout", []string{"list", "--timeout", "0s"}, exitUsage, []string{"--timeout must be positive"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -80,10 +80,11 @@ func TestTopicsErrors(t *testing.T) {
 		{"bad replication factor", []string{"create", "--topic", "x", "--replication-factor", "0"}, exitUsage, "--replication-factor must be from 1"},
 		{"config on a data directory", []string{"create", "--topic", "x", "--config", "retention.ms=1"}, exitUsage, "--config needs --bootstrap-server"},
 		{"timeout on a data directory", []string{"list", "--timeout", "1s"}, exitUsage, "--timeout needs --bootstrap-server"},
-		{"data with a bootstrap server", []string{"list", "--bootstrap-server", "127.0.0.1:9092"}, exitUsage, "--data and --flush open a data directory"},
+		{"data with a bootstrap server", []string{"list", "--bootstrap-server", "127.0.0.1:9092"}, exitUsage, "--data opens a data directory"},
 		{"bad retention", []string{"create", "--topic", "x", "--retention-ms", "-2"}, exitUsage, "--retention-ms"},
 		{"bad compression", []string{"create", "--topic", "x", "--compression", "brotli"}, exitUsage, "invalid value"},
-		{"bad flush", []string{"list", "--flush", "sometimes"}, exitUsage, "invalid value"},
+		{"no flush", []string{"list", "--flush", "none"}, exitUsage, "flag provided but not defined: --flush"},
+		{"security on a data directory", []string{"list", "--tls"}, exitUsage, "--tls needs --bootstrap-server"},
 		{"stray argument", []string{"list", "extra"}, exitUsage, "unexpected argument"},
 		{"unknown flag", []string{"list", "--partitions", "3"}, exitUsage, "flag provided but not defined"},
 	} {
