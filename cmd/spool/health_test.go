@@ -93,9 +93,7 @@ func TestServeMetrics(t *testing.T) {
 	for i := range 10 {
 		require.NoError(t, cl.ProduceSync(ctx, &kgo.Record{Value: fmt.Appendf(nil, "v%d", i)}).FirstErr())
 	}
-	code, body := get(t, base+"/metrics")
-	require.Equal(t, http.StatusOK, code)
-	for _, want := range []string{
+	wants := []string{
 		`spool_topic_records_in_total{topic="t"} 10`,
 		`spool_partition_log_end_offset{partition="0",topic="t"} 10`,
 		`spool_requests_total{api="Produce"} 10`,
@@ -106,8 +104,21 @@ func TestServeMetrics(t *testing.T) {
 		"spool_log_flush_duration_seconds_count",
 		"spool_connections ",
 		"process_resident_memory_bytes",
-	} {
-		require.True(t, strings.Contains(body, want), "no %q in /metrics", want)
 	}
+	// A request is counted once its response is written: the client may
+	// read the last answer a moment before, so scrape until it shows.
+	var missing string
+	require.Eventually(t, func() bool {
+		code, body := get(t, base+"/metrics")
+		require.Equal(t, http.StatusOK, code)
+		missing = ""
+		for _, want := range wants {
+			if !strings.Contains(body, want) {
+				missing = want
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "no %q in /metrics", &missing)
 	require.Equal(t, 0, s.stop(t, syscall.SIGTERM))
 }
