@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -107,18 +108,12 @@ func TestServeMetrics(t *testing.T) {
 	}
 	// A request is counted once its response is written: the client may
 	// read the last answer a moment before, so scrape until it shows.
-	var missing string
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		code, body := get(t, base+"/metrics")
-		require.Equal(t, http.StatusOK, code)
-		missing = ""
+		assert.Equal(c, http.StatusOK, code)
 		for _, want := range wants {
-			if !strings.Contains(body, want) {
-				missing = want
-				return false
-			}
+			assert.Contains(c, body, want)
 		}
-		return true
-	}, 10*time.Second, 10*time.Millisecond, "no %q in /metrics", &missing)
+	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, 0, s.stop(t, syscall.SIGTERM))
 }
