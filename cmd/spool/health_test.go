@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
