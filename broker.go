@@ -460,7 +460,11 @@ func (b *Broker) createTopic(ctx context.Context, name string, cfg TopicConfig, 
 // first; its partition directories are then renamed aside and removed. A
 // crash in between is finished on the next Open.
 func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
-	return b.route(name).deleteTopic(ctx, name)
+	err := b.route(name).deleteTopic(ctx, name)
+	if err == nil {
+		b.metrics.topics.Delete(name) // a topic created again under the name starts from zero
+	}
+	return err
 }
 
 func (s soloStore) deleteTopic(ctx context.Context, name string) error {

@@ -456,3 +456,17 @@ func (b *Broker) wrapTopicErr(name string, err error) error {
 	}
 	return err
 }
+
+// controllerBroker is the broker that answers for the cluster's in-process
+// controller: the lowest-numbered one (-1 with none).
+func (c *LocalCluster) controllerBroker() int32 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	id := int32(-1)
+	for b := range c.brokers {
+		if id < 0 || b < id {
+			id = b
+		}
+	}
+	return id
+}

@@ -179,7 +179,8 @@ type assignment struct {
 	part    *partition.Partition // nil for a replicated topic: see partOf
 	offline error                // the partition could not be opened (part is nil)
 	pos     int64
-	valid   bool // pos was set (Seek or reset) and not found out of range
+	valid   bool  // pos was set (Seek or reset) and not found out of range
+	end     int64 // the high watermark (read_committed: the last stable offset) the last fetch saw; -1 before one
 }
 
 // NewConsumer returns a Consumer of the broker with nothing assigned.
@@ -285,7 +286,7 @@ func (c *Consumer) Assign(topic string, partitions ...int32) error {
 		if c.byTP[tp] != nil {
 			continue
 		}
-		a := &assignment{tp: tp}
+		a := &assignment{tp: tp, end: -1}
 		if parts != nil {
 			a.part, a.offline = parts[n], nil
 			if a.part == nil {
@@ -664,6 +665,11 @@ func (c *Consumer) fetchOnce(ctx context.Context) ([]Record, int, []<-chan struc
 			return recs, total, changed, c.b.wrapClosed(fmt.Errorf("spool: fetch %s-%d at %d: %w", a.tp.Topic, a.tp.Partition, a.pos, err))
 		}
 		total += len(res.Batches)
+		a.end = res.HighWatermark
+		if c.cfg.IsolationLevel == ReadCommitted {
+			a.end = res.LastStableOffset
+		}
+		c.countFetch(a, part, len(res.Batches))
 		recs, err = decodeRecords(recs, a, res.Batches, res.AbortedTxns)
 		if err != nil {
 			return recs, total, changed, err

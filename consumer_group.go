@@ -153,7 +153,7 @@ func (c *Consumer) assign(ctx context.Context, tps []TopicPartition) error {
 		if tp.Partition >= c.b.partitionCount(tp.Topic) {
 			continue // deleted since the leader assigned it
 		}
-		a := &assignment{tp: tp}
+		a := &assignment{tp: tp, end: -1}
 		if _, parts, offline, err := c.b.route(tp.Topic).consumerParts(tp.Topic); err == nil && parts != nil {
 			if a.part = parts[tp.Partition]; a.part == nil {
 				a.offline = offline(tp.Partition)

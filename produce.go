@@ -20,9 +20,7 @@ func (b *Broker) Produce(ctx context.Context, rec Record) (RecordMetadata, error
 	if err := ctx.Err(); err != nil {
 		return RecordMetadata{}, err
 	}
-	md, err := b.route(rec.Topic).produce(ctx, rec)
-	b.metrics.produced(rec.Topic, 1, len(rec.Key)+len(rec.Value), err)
-	return md, err
+	return b.route(rec.Topic).produce(ctx, rec)
 }
 
 func (s soloStore) produce(ctx context.Context, rec Record) (RecordMetadata, error) {
@@ -40,7 +38,8 @@ func (s soloStore) produce(ctx context.Context, rec Record) (RecordMetadata, err
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	off, err := p.Append(record.Record{Timestamp: ts, Key: rec.Key, Value: rec.Value, Headers: rec.Headers})
+	off, size, err := p.AppendRecords([]record.Record{{Timestamp: ts, Key: rec.Key, Value: rec.Value, Headers: rec.Headers}})
+	b.metrics.produced(rec.Topic, 1, size, err)
 	if err != nil {
 		return RecordMetadata{}, b.wrapClosed(err)
 	}

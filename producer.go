@@ -277,6 +277,7 @@ type batch struct {
 	cbs      []func(RecordMetadata, error)
 	ts       []int64 // record timestamps, Unix ms
 	reserved int     // buffer bytes
+	size     int     // the built batch's bytes, once built (for Stats)
 	created  time.Time
 	stamped  bool // given a producer id and sequence (Idempotent)
 }
@@ -639,7 +640,7 @@ func (p *Producer) send(a *accum) {
 			} else if r.err = p.stamp(a, bt); r.err != nil {
 			} else if b, err := bt.bld.Build(); err != nil {
 				r.err = err
-			} else if p.quotaWait(b.Size()); p.cfg.Idempotent {
+			} else if p.built(bt, b); p.cfg.Idempotent {
 				// Through the producer state: sequences, transactions.
 				// It waits for durability itself.
 				r.base, _, r.err = a.part.AppendProduced(b)
@@ -675,7 +676,9 @@ func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
 	if err != nil && bt.stamped {
 		p.sequenceLost(a, err)
 	}
-	p.b.metrics.produced(a.topic, len(bt.cbs), bt.reserved, err)
+	if b := p.countedBy(a); b != nil {
+		b.metrics.produced(a.topic, len(bt.cbs), bt.size, err)
+	}
 	p.completed(bt, err)
 	for i, cb := range bt.cbs {
 		if cb == nil {
@@ -699,6 +702,13 @@ func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
 	}
 	p.putBuilder(bt.bld)
 	p.mu.Unlock()
+}
+
+// built notes a batch's size once built, for Stats, and waits as the
+// Quota says before it is written.
+func (p *Producer) built(bt *batch, b record.Batch) {
+	bt.size = b.Size()
+	p.quotaWait(bt.size)
 }
 
 // quotaWait counts a batch about to be written against the Quota and

@@ -103,7 +103,7 @@ func (p *Producer) newGroup(a *accum, batches []*batch) *sendGroup {
 			g.results[i].err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, age.Round(time.Millisecond))
 		} else if g.results[i].err = p.stamp(a, bt); g.results[i].err != nil {
 		} else if g.built[i], g.results[i].err = bt.bld.Build(); g.results[i].err == nil {
-			p.quotaWait(g.built[i].Size())
+			p.built(bt, g.built[i])
 			g.todo = append(g.todo, i)
 		}
 	}
@@ -373,6 +373,9 @@ func (b *Broker) produceReplicated(ctx context.Context, rec Record) (RecordMetad
 		if err == nil {
 			var off int64
 			off, err = rs.Append(ctx, batch, replica.AppendOptions{Acks: replica.AcksAll, Trusted: true})
+			if l, ok := rs.(*replica.ReplicaSet); ok && err == nil {
+				b.holderOf(l.Partition()).metrics.produced(rec.Topic, 1, batch.Size(), nil)
+			}
 			if err == nil {
 				return RecordMetadata{Topic: rec.Topic, Partition: n, Offset: off, Timestamp: ts.Truncate(time.Millisecond)}, nil
 			}

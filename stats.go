@@ -3,14 +3,14 @@ package spool
 import (
 	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/spoolmq/spool/group"
 	"github.com/spoolmq/spool/internal/measure"
+	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/replica"
 	"github.com/spoolmq/spool/stats"
 )
 
@@ -39,9 +39,10 @@ type BrokerStats struct {
 	// UnderReplicated counts the partitions this broker leads whose ISR is
 	// smaller than their replica set; UnderMinISR those whose ISR is
 	// below min.insync.replicas (acks=all produce is refused), AtMinISR
-	// those exactly at it (one more failure refuses it). Offline counts
-	// partitions that could not be opened or have no leader. All 0 on a
-	// healthy cluster.
+	// those exactly at it though they have more replicas (one more
+	// failure refuses it). Offline counts the partitions here that could
+	// not be opened and, on the active controller, the cluster's
+	// partitions with no leader. All 0 on a healthy cluster.
 	UnderReplicated, UnderMinISR, AtMinISR, Offline int
 	// ISRShrinks and ISRExpands count the ISR changes this broker made as
 	// a leader (IsrShrinksPerSec, IsrExpandsPerSec).
@@ -181,10 +182,17 @@ func (b *Broker) Stats() BrokerStats {
 		st.ISRShrinks, st.ISRExpands = ns.ISRShrinks, ns.ISRExpands
 		st.TruncatedCommitted, st.Resignations, st.Repairs = ns.TruncatedCommitted, ns.Resignations, ns.Repairs
 	}
-	if q := b.Quorum(); q != nil {
-		st.ActiveController = q.Active()
-	} else {
-		st.ActiveController = b.cl == nil
+	switch cl := b.cl.(type) {
+	case nil:
+		st.ActiveController = true // a standalone broker is its own
+	case *LocalCluster:
+		// Its controller runs in this process beside the brokers: the
+		// lowest-numbered one answers for it, as Metadata names it.
+		st.ActiveController = cl.controllerBroker() == b.opts.NodeID
+	default:
+		if q := b.Quorum(); q != nil {
+			st.ActiveController = q.Active()
+		}
 	}
 	live := map[string]bool{}
 	for _, name := range b.Topics() {
@@ -193,7 +201,8 @@ func (b *Broker) Stats() BrokerStats {
 	b.metrics.topics.Range(func(k, v any) bool {
 		name := k.(string)
 		if !live[name] {
-			return true // deleted since: its counters go with it
+			b.metrics.topics.Delete(k) // deleted since: its counters go with it
+			return true
 		}
 		t := v.(*topicTraffic)
 		st.Topics = append(st.Topics, TopicStats{
@@ -215,14 +224,29 @@ func (b *Broker) Stats() BrokerStats {
 		if p.UnderMinISR() {
 			st.UnderMinISR++
 		}
-		if p.IsLeader && p.ISR == p.MinISR {
+		if p.IsLeader && p.ISR == p.MinISR && p.Replicas > p.MinISR {
 			st.AtMinISR++
 		}
-		if p.Offline {
-			st.Offline++
+		if p.Offline && (b.cl == nil || p.Leader >= 0) {
+			st.Offline++ // here: could not be opened
 		}
 	}
 	st.PartitionCount = len(st.Partitions)
+	if b.cl != nil && st.ActiveController {
+		// The cluster's partitions with no leader, counted once, by the
+		// controller, as Kafka's OfflinePartitionsCount is.
+		for _, name := range b.cl.topicNames() {
+			_, states, err := b.cl.topic(context.Background(), name)
+			if err != nil {
+				continue
+			}
+			for _, s := range states {
+				if s.Leader < 0 {
+					st.Offline++
+				}
+			}
+		}
+	}
 	return st
 }
 
@@ -265,6 +289,39 @@ func (b *Broker) partitionStats() []PartitionStats {
 	return out
 }
 
+// highWatermark is a partition's high watermark as this broker can learn
+// it: its own replica's (a follower's trails the leader's by at most a
+// fetch), else the leader's, asked over the network on a cluster node.
+// False if the partition is unknown, offline or its leader unreachable.
+func (b *Broker) highWatermark(ctx context.Context, tp TopicPartition) (int64, bool) {
+	if t, ok := b.snapshot()[tp.Topic]; ok {
+		p, err := t.partition(tp.Partition)
+		if err != nil {
+			return 0, false
+		}
+		return p.HighWatermark(), true
+	}
+	if b.node != nil {
+		if rs, ok := b.node.ReplicaSet(tp.Topic, tp.Partition); ok && rs.Partition() != nil {
+			return rs.HighWatermark(), true
+		}
+	}
+	if b.cl == nil {
+		return 0, false
+	}
+	r, err := b.readerFor(ctx, tp)
+	if err != nil {
+		return 0, false
+	}
+	if rp, ok := r.(*remotePartition); ok {
+		rp.refresh()
+		if rp.hw.Load() < 0 {
+			return 0, false // the leader did not answer
+		}
+	}
+	return r.HighWatermark(), true
+}
+
 // PartitionLag is a consumer group's position in one partition.
 type PartitionLag struct {
 	Topic     string
@@ -282,8 +339,11 @@ type PartitionLag struct {
 // an offset for, by topic and partition: what kafka-consumer-groups
 // --describe shows. The broker must coordinate the group (in a cluster,
 // group.ErrNotCoordinator otherwise); a group with no committed offsets
-// has no lag to report (an empty slice). A partition whose end is unknown
-// here (a topic deleted since the commit) is left out.
+// has no lag to report (an empty slice). A partition whose end cannot be
+// learned (a topic deleted since the commit, a partition offline, its
+// leader unreachable) is left out, never reported as lag 0. On a cluster
+// node the end of a partition led elsewhere is its local replica's high
+// watermark if it holds one, else the leader's, asked over the network.
 func (b *Broker) Lag(ctx context.Context, groupID string) ([]PartitionLag, error) {
 	if b.closed.Load() {
 		return nil, ErrClosed
@@ -297,22 +357,15 @@ func (b *Broker) Lag(ctx context.Context, groupID string) ([]PartitionLag, error
 		byTopic[tp.Topic] = append(byTopic[tp.Topic], tp)
 	}
 	var out []PartitionLag
-	for name, tps := range byTopic {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		d, err := b.DescribeTopic(name)
-		if errors.Is(err, ErrUnknownTopic) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("spool: lag of group %q: %w", groupID, err)
-		}
+	for _, tps := range byTopic {
 		for _, tp := range tps {
-			if int(tp.Partition) >= len(d.Partitions) || d.Partitions[tp.Partition].Offline != nil {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			end, ok := b.highWatermark(ctx, tp)
+			if !ok {
 				continue
 			}
-			end := d.Partitions[tp.Partition].HighWatermark
 			c := offs[tp].Offset
 			out = append(out, PartitionLag{Topic: tp.Topic, Partition: tp.Partition, Committed: c, End: end, Lag: max(end-c, 0)})
 		}
@@ -323,28 +376,66 @@ func (b *Broker) Lag(ctx context.Context, groupID string) ([]PartitionLag, error
 	return out, nil
 }
 
-// count adds a poll's records to the consumer's and the broker's counters:
-// a fetch of each topic the records came from, and their keys' and
-// values' bytes as the bytes out.
+// count adds a poll's records to the consumer's counters.
 func (c *Consumer) count(recs []Record) {
 	if len(recs) == 0 || !measure.On() {
 		return
 	}
 	c.stats.polls.Add(1)
 	c.stats.records.Add(int64(len(recs)))
-	from := 0
-	for i := 1; i <= len(recs); i++ {
-		if i < len(recs) && recs[i].Topic == recs[from].Topic {
+}
+
+// countFetch counts a read of one partition, n bytes of batches: for the
+// consumer, and for the broker of this process that holds the partition
+// (a read of another process's leader is counted by its server).
+func (c *Consumer) countFetch(a *assignment, part readable, n int) {
+	if !measure.On() {
+		return
+	}
+	c.stats.bytes.Add(int64(n))
+	owner := c.b
+	if a.part == nil {
+		p, ok := part.(*partition.Partition)
+		if !ok {
+			return // another process's
+		}
+		owner = c.b.holderOf(p)
+	}
+	owner.RecordFetch(a.tp.Topic, int64(n), nil)
+}
+
+// countedBy is the broker that counts a's writes: the one of this process
+// holding the partition's leader, nil if it is in another process (whose
+// server counts them).
+func (p *Producer) countedBy(a *accum) *Broker {
+	if a.part != nil {
+		return p.b
+	}
+	rs, ok := a.leader.(*replica.ReplicaSet)
+	if !ok {
+		return nil
+	}
+	return p.b.holderOf(rs.Partition())
+}
+
+// holderOf is the broker of this process whose replica part is: b itself,
+// or another broker of b's LocalCluster.
+func (b *Broker) holderOf(part *partition.Partition) *Broker {
+	lc, ok := b.cl.(*LocalCluster)
+	if !ok {
+		return b
+	}
+	lc.mu.RLock()
+	defer lc.mu.RUnlock()
+	for _, o := range lc.brokers {
+		if o.node == nil {
 			continue
 		}
-		n := 0
-		for _, r := range recs[from:i] {
-			n += len(r.Key) + len(r.Value)
+		if rs, ok := o.node.ReplicaSet(part.Topic(), part.ID()); ok && rs.Partition() == part {
+			return o
 		}
-		c.stats.bytes.Add(int64(n))
-		c.b.RecordFetch(recs[from].Topic, int64(n), nil)
-		from = i
 	}
+	return b
 }
 
 // consumerStats are a Consumer's counters.
@@ -354,13 +445,15 @@ type consumerStats struct {
 
 // ConsumerStats is a consumer's measures at one time.
 type ConsumerStats struct {
-	// Polls counts the polls that returned records; Records and Bytes what
-	// they returned (keys' and values' bytes).
+	// Polls counts the polls that returned records; Records what they
+	// returned; Bytes the record batches read to return them.
 	Polls, Records, Bytes int64
 	// Lag is, for each assigned partition with a position, how many
-	// records the consumer is behind its high watermark (records-lag);
-	// LagMax the largest (records-lag-max). A partition led by another
-	// broker of a cluster is left out.
+	// records the consumer is behind the partition's high watermark (its
+	// last stable offset under read_committed): records-lag. For a
+	// partition of a standalone broker it is the high watermark now; for
+	// a replicated one, the one its last fetch saw (a partition not yet
+	// fetched is left out). LagMax is the largest (records-lag-max).
 	Lag    map[TopicPartition]int64
 	LagMax int64
 }
@@ -372,10 +465,20 @@ func (c *Consumer) Stats() ConsumerStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, a := range c.assigned {
-		if a.part == nil || !a.valid {
+		if !a.valid {
 			continue
 		}
-		lag := max(a.part.HighWatermark()-a.pos, 0)
+		end := a.end
+		if a.part != nil {
+			end = a.part.HighWatermark()
+			if c.cfg.IsolationLevel == ReadCommitted {
+				end = a.part.LastStableOffset()
+			}
+		}
+		if end < 0 {
+			continue
+		}
+		lag := max(end-a.pos, 0)
 		st.Lag[a.tp] = lag
 		st.LagMax = max(st.LagMax, lag)
 	}
@@ -427,5 +530,5 @@ func (p *Producer) completed(bt *batch, err error) {
 	}
 	p.stats.batches.Add(1)
 	p.stats.records.Add(n)
-	p.stats.bytes.Add(int64(bt.reserved))
+	p.stats.bytes.Add(int64(bt.size))
 }

@@ -22,6 +22,13 @@ var errTruncatedWhileWaiting = errors.New("log: appended data was truncated befo
 // offsets; those without a timestamp get the current time. Under the Sync
 // policy it returns once the batch is on stable storage.
 func (l *Log) Append(recs ...record.Record) (int64, error) {
+	base, _, err := l.AppendRecords(recs)
+	return base, err
+}
+
+// AppendRecords is Append that also returns the bytes of the batch it
+// wrote.
+func (l *Log) AppendRecords(recs []record.Record) (base int64, size int, err error) {
 	l.writers.Add(1) // before encoding: gatherWriters waits for us
 	bp := l.batchBuf.Get().(*[]byte)
 	defer l.batchBuf.Put(bp)
@@ -31,14 +38,15 @@ func (l *Log) Append(recs ...record.Record) (int64, error) {
 	}
 	if err != nil {
 		l.writers.Add(-1)
-		return 0, err
+		return 0, 0, err
 	}
 	b, _, err := record.ParseBatch(buf)
 	if err != nil {
 		l.writers.Add(-1)
-		return 0, err
+		return 0, 0, err
 	}
-	return l.append(b)
+	base, err = l.append(b)
+	return base, b.Size(), err
 }
 
 // AppendBatch appends a batch a producer encoded (as a Kafka client sends

@@ -212,6 +212,11 @@ func (p *Partition) EndOffset() int64 { return p.log.EndOffset() }
 // Append encodes records as one batch and appends it; see log.Log.Append.
 func (p *Partition) Append(recs ...record.Record) (int64, error) { return p.log.Append(recs...) }
 
+// AppendRecords is Append that also returns the bytes of the batch written.
+func (p *Partition) AppendRecords(recs []record.Record) (int64, int, error) {
+	return p.log.AppendRecords(recs)
+}
+
 // AppendBatch appends a batch from outside, after checking it; see
 // log.Log.AppendBatch.
 func (p *Partition) AppendBatch(b record.Batch) (int64, error) { return p.log.AppendBatch(b) }

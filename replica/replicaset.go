@@ -555,13 +555,19 @@ func (r *ReplicaSet) applySameEpochLocked(st PartitionState) {
 	// Logged and counted here, where a leader takes every ISR change of
 	// its epoch: the controller's answer, or the metadata that carries it.
 	if !slices.Equal(st.ISR, r.state.ISR) {
+		removed := slices.ContainsFunc(r.state.ISR, func(id int32) bool { return !slices.Contains(st.ISR, id) })
+		added := slices.ContainsFunc(st.ISR, func(id int32) bool { return !slices.Contains(r.state.ISR, id) })
 		msg := "ISR changed"
 		switch {
-		case len(st.ISR) < len(r.state.ISR):
+		case removed && !added:
 			msg = "ISR shrunk"
-			r.node.isrShrinks.Add(1)
-		case len(st.ISR) > len(r.state.ISR):
+		case added && !removed:
 			msg = "ISR expanded"
+		}
+		if removed {
+			r.node.isrShrinks.Add(1)
+		}
+		if added {
 			r.node.isrExpands.Add(1)
 		}
 		r.node.log.Info(msg, "topic", r.topic, "partition", r.id, "old_isr", r.state.ISR, "isr", st.ISR,

@@ -101,7 +101,7 @@ var (
 
 	apiLabels      = []string{"api"}
 	descRequests   = desc("requests_total", "Requests served, by API (RequestsPerSec).", apiLabels...)
-	descReqFailed  = desc("request_failures_total", "Requests that ended their connection: undecodable, or the handler failed.", apiLabels...)
+	descReqFailed  = desc("request_failures_total", "Requests that ended their connection: undecodable, an unsupported version, sent before authenticating, or the handler failed.", apiLabels...)
 	descReqBytes   = desc("request_bytes_total", "Bytes of requests received, by API (RequestBytes).", apiLabels...)
 	descReqTime    = desc("request_duration_seconds", "Time from a request read to its response written and any quota mute over (TotalTimeMs).", apiLabels...)
 	descReqPhase   = desc("request_phase_duration_seconds", "Time in each phase of serving a request: queue (decode, authorize), local (the broker's work), remote (waits on followers or a long poll), send (writing the response), throttle (muted by a quota).", "api", "phase")
@@ -240,7 +240,7 @@ func (c *Collector) collectServer(s *transport.Server, ch chan<- prometheus.Metr
 func histogram(d *prometheus.Desc, h stats.HistogramSnapshot, labels ...string) prometheus.Metric {
 	cum := h.Cumulative()
 	buckets := make(map[float64]uint64, len(cum))
-	for i, b := range stats.Bounds {
+	for i, b := range stats.Bounds() {
 		buckets[b] = cum[i]
 	}
 	return prometheus.MustNewConstHistogram(d, h.Count, h.Sum.Seconds(), buckets, labels...)

@@ -19,12 +19,13 @@ package stats
 
 import (
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 )
 
-// Bounds are the histograms' bucket upper bounds, in seconds.
-var Bounds = []float64{
+// bounds are the histograms' bucket upper bounds, in seconds.
+var bounds = [...]float64{
 	0.0001, 0.00025, 0.0005,
 	0.001, 0.0025, 0.005,
 	0.01, 0.025, 0.05,
@@ -33,10 +34,13 @@ var Bounds = []float64{
 	10, 30, 60,
 }
 
-// boundsNanos are Bounds in nanoseconds, for Observe's search.
-var boundsNanos = func() []int64 {
-	out := make([]int64, len(Bounds))
-	for i, b := range Bounds {
+// Bounds returns the histograms' bucket upper bounds, in seconds,
+// ascending; +Inf is implied after the last.
+func Bounds() []float64 { return slices.Clone(bounds[:]) }
+
+// boundsNanos are bounds in nanoseconds, for Observe's search.
+var boundsNanos = func() (out [len(bounds)]int64) {
+	for i, b := range bounds {
 		out[i] = int64(math.Round(b * 1e9))
 	}
 	return out
@@ -46,8 +50,8 @@ var boundsNanos = func() []int64 {
 // to use; it is safe for concurrent use and must not be copied after
 // first use.
 type Histogram struct {
-	counts [19]atomic.Uint64 // len(Bounds)+1: the last is +Inf
-	sum    atomic.Int64      // nanoseconds
+	counts [len(bounds) + 1]atomic.Uint64 // the last is +Inf
+	sum    atomic.Int64                   // nanoseconds
 }
 
 // Observe records one duration. A negative one counts as zero.
@@ -86,18 +90,18 @@ type HistogramSnapshot struct {
 	// Count is how many durations were observed; Sum their total.
 	Count uint64
 	Sum   time.Duration
-	// Counts[i] is how many were at most Bounds[i] seconds and more than
-	// Bounds[i-1]; the last, Counts[len(Bounds)], those above every bound.
-	// Not cumulative.
+	// Counts[i] is how many were at most Bounds()[i] seconds and more
+	// than Bounds()[i-1]; the last, Counts[len(Bounds())], those above
+	// every bound. Not cumulative.
 	Counts []uint64
 }
 
-// Cumulative returns the counts of observations at most Bounds[i], for
+// Cumulative returns the counts of observations at most Bounds()[i], for
 // each bound: the form Prometheus histograms take.
 func (s HistogramSnapshot) Cumulative() []uint64 {
-	out := make([]uint64, len(Bounds))
+	out := make([]uint64, len(bounds))
 	var run uint64
-	for i := range Bounds {
+	for i := range bounds {
 		if i < len(s.Counts) {
 			run += s.Counts[i]
 		}
@@ -106,13 +110,15 @@ func (s HistogramSnapshot) Cumulative() []uint64 {
 	return out
 }
 
-// Quantile estimates the q-quantile (0 < q ≤ 1) by interpolating inside
-// the bucket it falls in, as Prometheus' histogram_quantile does. Zero
-// without observations; the largest finite bound when it falls in +Inf.
+// Quantile estimates the q-quantile (0 < q ≤ 1; above 1 counts as 1) by
+// interpolating inside the bucket it falls in, as Prometheus'
+// histogram_quantile does. Zero without observations or for q ≤ 0 (or
+// NaN); the largest finite bound when it falls in +Inf.
 func (s HistogramSnapshot) Quantile(q float64) time.Duration {
-	if s.Count == 0 || q <= 0 {
+	if s.Count == 0 || !(q > 0) {
 		return 0
 	}
+	q = min(q, 1)
 	rank := q * float64(s.Count)
 	var run float64
 	for i, c := range s.Counts {
@@ -121,16 +127,16 @@ func (s HistogramSnapshot) Quantile(q float64) time.Duration {
 		if run < rank || c == 0 {
 			continue
 		}
-		if i >= len(Bounds) {
-			return seconds(Bounds[len(Bounds)-1])
+		if i >= len(bounds) {
+			return seconds(bounds[len(bounds)-1])
 		}
 		lo := 0.0
 		if i > 0 {
-			lo = Bounds[i-1]
+			lo = bounds[i-1]
 		}
-		return seconds(lo + (Bounds[i]-lo)*(rank-prev)/float64(c))
+		return seconds(lo + (bounds[i]-lo)*(rank-prev)/float64(c))
 	}
-	return seconds(Bounds[len(Bounds)-1])
+	return seconds(bounds[len(bounds)-1])
 }
 
 // Mean is Sum / Count; zero without observations.

@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -18,11 +19,11 @@ func TestHistogramBuckets(t *testing.T) {
 	s := h.Snapshot()
 	require.EqualValues(t, 5, s.Count)
 	require.Equal(t, 2*time.Second+time.Hour+201*time.Microsecond, s.Sum)
-	require.Len(t, s.Counts, len(Bounds)+1)
+	require.Len(t, s.Counts, len(Bounds())+1)
 	require.EqualValues(t, 2, s.Counts[0])
 	require.EqualValues(t, 1, s.Counts[1])
 	require.EqualValues(t, 1, s.Counts[13]) // (1, 2.5]
-	require.EqualValues(t, 1, s.Counts[len(Bounds)])
+	require.EqualValues(t, 1, s.Counts[len(Bounds())])
 	cum := s.Cumulative()
 	require.EqualValues(t, 2, cum[0])
 	require.EqualValues(t, 4, cum[len(cum)-1]) // +Inf is not among the bounds
@@ -43,6 +44,9 @@ func TestHistogramQuantile(t *testing.T) {
 	require.Greater(t, p99, 25*time.Millisecond)
 	require.LessOrEqual(t, p99, 50*time.Millisecond)
 	require.Equal(t, (90*time.Millisecond+400*time.Millisecond)/100, s.Mean())
+	require.Equal(t, s.Quantile(1), s.Quantile(7), "above 1 counts as 1")
+	require.Zero(t, s.Quantile(math.NaN()))
+	require.Zero(t, s.Quantile(-1))
 }
 
 func TestHistogramConcurrent(t *testing.T) {

@@ -358,6 +358,7 @@ func (c *conn) produceClustered(req *request, pp producePart) {
 	body := req.body.(*kmsg.ProduceRequest)
 	b, ok := c.produceRecords(req, pp)
 	if !ok {
+		c.s.b.RecordProduce(pp.topic, 0, 0, kerr.ErrorForCode(out.ErrorCode)) // refused before it reached the broker
 		return
 	}
 	opts := spool.ProduceOptions{Acks: spool.AcksAll, Timeout: time.Duration(body.TimeoutMillis) * time.Millisecond}

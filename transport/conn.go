@@ -298,10 +298,14 @@ func (c *conn) handle(frame []byte) (ok bool) {
 			return c.writeResponse(req, apiVersionsUnsupported()) == nil
 		}
 		c.s.logger.Debug("bad request; closing connection", "remote", c.remote, "err", err)
+		if _, served := c.handlerFor(req.key); served {
+			c.s.metrics.record(req, time.Time{}, time.Time{}, 0, true) // an API's request it could not decode
+		}
 		return false
 	}
 	if !c.authenticated && !preAuthAllowed(req.key) {
 		c.s.logger.Debug("request before SASL authentication; closing", "remote", c.remote, "key", req.key)
+		c.s.metrics.record(req, time.Time{}, time.Time{}, 0, true)
 		return false
 	}
 	var resp responseWriter

@@ -69,8 +69,8 @@ func (m *serverMetrics) record(req *request, handled, sent time.Time, throttle t
 		a.failed.Add(1)
 	}
 	t := &req.times
-	if t.read.IsZero() || t.started.IsZero() {
-		return
+	if t.read.IsZero() || t.started.IsZero() || handled.IsZero() {
+		return // not served: counted, not timed
 	}
 	remote := time.Duration(t.remote.Load())
 	queue := t.started.Sub(t.read)
@@ -92,8 +92,10 @@ type APIStats struct {
 	// Key and Name are the API's (kmsg names: "Produce", "Fetch", ...).
 	Key  int16
 	Name string
-	// Requests counts the requests served; Failed those that ended their
-	// connection (undecodable, a handler's error); Bytes their sizes.
+	// Requests counts the requests received; Failed those that ended
+	// their connection (undecodable, an unsupported version, sent before
+	// authenticating, a handler's error); Bytes their sizes. The timings
+	// are of the requests served.
 	Requests, Failed, Bytes int64
 	// The time to serve each: Total, and its phases. Queue is from the
 	// request read to its handler (decoding, authorization); Local the

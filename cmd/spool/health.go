@@ -40,6 +40,7 @@ type health struct {
 
 	mu        sync.Mutex
 	b         *spool.Broker
+	col       *spoolprom.Collector // the broker's, registered while it serves
 	listening bool
 	stopping  bool
 }
@@ -81,9 +82,10 @@ func (h *health) opened(b *spool.Broker, srv *transport.Server) {
 	if h == nil {
 		return
 	}
-	h.reg.MustRegister(spoolprom.NewCollector(b, spoolprom.Options{Server: srv}))
+	col := spoolprom.NewCollector(b, spoolprom.Options{Server: srv})
+	h.reg.MustRegister(col)
 	h.mu.Lock()
-	h.b = b
+	h.b, h.col = b, col
 	h.mu.Unlock()
 }
 
@@ -98,14 +100,21 @@ func (h *health) serving() {
 }
 
 // shuttingDown makes /readyz fail, first thing in a shutdown, so that
-// load balancers stop sending clients here while connections drain.
+// load balancers stop sending clients here while connections drain, and
+// takes the broker's measures out of /metrics before it closes (the
+// runtime's stay).
 func (h *health) shuttingDown() {
 	if h == nil {
 		return
 	}
 	h.mu.Lock()
 	h.stopping = true
+	col := h.col
+	h.col = nil
 	h.mu.Unlock()
+	if col != nil {
+		h.reg.Unregister(col)
+	}
 }
 
 // close stops the endpoints.

@@ -61,6 +61,10 @@ func TestHealthReadiness(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "[+]metadata")
 
+	code, body = get(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "spool_partitions")
+
 	h.shuttingDown()
 	code, body = get(t, base+"/readyz")
 	require.Equal(t, http.StatusServiceUnavailable, code)
@@ -68,10 +72,11 @@ func TestHealthReadiness(t *testing.T) {
 	code, _ = get(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, code)
 
-	// What /metrics serves before any broker: the runtime's own.
+	// What /metrics serves without a broker serving: the runtime's own.
 	code, body = get(t, base+"/metrics")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "go_goroutines")
+	require.NotContains(t, body, "spool_partitions")
 }
 
 // spool serve --metrics-listen: a real client's produce shows in the
