@@ -218,23 +218,17 @@ func (b *Broker) NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 // names the first one out of range.
 func (cfg *ConsumerConfig) validate() error {
 	const c = "ConsumerConfig."
-	for _, n := range []struct {
-		field string
-		value any
-		bad   bool
-	}{
-		{"FetchMinBytes", cfg.FetchMinBytes, cfg.FetchMinBytes < 0},
-		{"FetchMaxWait", cfg.FetchMaxWait, cfg.FetchMaxWait < 0},
-		{"FetchMaxBytes", cfg.FetchMaxBytes, cfg.FetchMaxBytes < 0},
-		{"MaxPartitionFetchBytes", cfg.MaxPartitionFetchBytes, cfg.MaxPartitionFetchBytes < 0},
-		{"SessionTimeout", cfg.SessionTimeout, cfg.SessionTimeout < 0},
-		{"RebalanceTimeout", cfg.RebalanceTimeout, cfg.RebalanceTimeout < 0},
-		{"HeartbeatInterval", cfg.HeartbeatInterval, cfg.HeartbeatInterval < 0},
-		{"AutoCommitInterval", cfg.AutoCommitInterval, cfg.AutoCommitInterval < 0},
-	} {
-		if n.bad {
-			return invalidConfig(c+n.field, n.value, "want 0 (the default) or more")
-		}
+	if err := firstNegative(c,
+		nonNegative{"FetchMinBytes", cfg.FetchMinBytes, cfg.FetchMinBytes < 0},
+		nonNegative{"FetchMaxWait", cfg.FetchMaxWait, cfg.FetchMaxWait < 0},
+		nonNegative{"FetchMaxBytes", cfg.FetchMaxBytes, cfg.FetchMaxBytes < 0},
+		nonNegative{"MaxPartitionFetchBytes", cfg.MaxPartitionFetchBytes, cfg.MaxPartitionFetchBytes < 0},
+		nonNegative{"SessionTimeout", cfg.SessionTimeout, cfg.SessionTimeout < 0},
+		nonNegative{"RebalanceTimeout", cfg.RebalanceTimeout, cfg.RebalanceTimeout < 0},
+		nonNegative{"HeartbeatInterval", cfg.HeartbeatInterval, cfg.HeartbeatInterval < 0},
+		nonNegative{"AutoCommitInterval", cfg.AutoCommitInterval, cfg.AutoCommitInterval < 0},
+	); err != nil {
+		return err
 	}
 	switch {
 	case cfg.AutoOffsetReset < ResetLatest || cfg.AutoOffsetReset > ResetNone:

@@ -285,27 +285,39 @@ type TopicConfig struct {
 	UncleanLeaderElection bool
 }
 
+// nonNegative is a setting that must not be negative (0 is its default):
+// its field's name, its value and whether it is negative.
+type nonNegative struct {
+	field string
+	value any
+	bad   bool
+}
+
+// firstNegative names the first of fields that is negative, prefixing its
+// name with the config type's.
+func firstNegative(prefix string, fields ...nonNegative) error {
+	for _, n := range fields {
+		if n.bad {
+			return invalidConfig(prefix+n.field, n.value, "want 0 (the default) or more")
+		}
+	}
+	return nil
+}
+
 func (c TopicConfig) validate() error {
 	const f = "TopicConfig."
-	nonNegative := []struct {
-		field string
-		value any
-		bad   bool
-	}{
-		{"Partitions", c.Partitions, c.Partitions < 0},
-		{"SegmentBytes", c.SegmentBytes, c.SegmentBytes < 0},
-		{"SegmentAge", c.SegmentAge, c.SegmentAge < 0},
-		{"MaxMessageBytes", c.MaxMessageBytes, c.MaxMessageBytes < 0},
-		{"DeleteRetention", c.DeleteRetention, c.DeleteRetention < 0},
-		{"MinCompactionLag", c.MinCompactionLag, c.MinCompactionLag < 0},
-		{"MaxCompactionLag", c.MaxCompactionLag, c.MaxCompactionLag < 0},
-		{"ReplicationFactor", c.ReplicationFactor, c.ReplicationFactor < 0},
-		{"MinInSyncReplicas", c.MinInSyncReplicas, c.MinInSyncReplicas < 0},
-	}
-	for _, n := range nonNegative {
-		if n.bad {
-			return invalidConfig(f+n.field, n.value, "want 0 (the default) or more")
-		}
+	if err := firstNegative(f,
+		nonNegative{"Partitions", c.Partitions, c.Partitions < 0},
+		nonNegative{"SegmentBytes", c.SegmentBytes, c.SegmentBytes < 0},
+		nonNegative{"SegmentAge", c.SegmentAge, c.SegmentAge < 0},
+		nonNegative{"MaxMessageBytes", c.MaxMessageBytes, c.MaxMessageBytes < 0},
+		nonNegative{"DeleteRetention", c.DeleteRetention, c.DeleteRetention < 0},
+		nonNegative{"MinCompactionLag", c.MinCompactionLag, c.MinCompactionLag < 0},
+		nonNegative{"MaxCompactionLag", c.MaxCompactionLag, c.MaxCompactionLag < 0},
+		nonNegative{"ReplicationFactor", c.ReplicationFactor, c.ReplicationFactor < 0},
+		nonNegative{"MinInSyncReplicas", c.MinInSyncReplicas, c.MinInSyncReplicas < 0},
+	); err != nil {
+		return err
 	}
 	switch {
 	case c.CleanupPolicy != "" && c.CleanupPolicy != CleanupDelete && c.CleanupPolicy != CleanupCompact &&
