@@ -1,6 +1,7 @@
 // Package spoolprom exposes a spool broker's measures as Prometheus
-// metrics. It is the only package of spool that imports
-// prometheus/client_golang: the library keeps plain Stats() snapshots
+// metrics. It is the only library package of spool that imports
+// prometheus/client_golang (the spool command does too, to serve it): the
+// library keeps plain Stats() snapshots
 // (spool.Broker.Stats, transport.Server.APIStats), and a Collector reads
 // them when it is scraped, so nothing is counted twice and nothing is
 // registered globally.
