@@ -44,21 +44,17 @@ func (b *Broker) ProduceBatch(ctx context.Context, topic string, n int32, batch 
 	if b.closed.Load() {
 		return -1, ErrClosed
 	}
-	base, err := b.route(topic).produceBatch(ctx, topic, n, batch, opts)
-	if err != nil {
-		b.metrics.produced(topic, 0, 0, err)
-	} else {
-		b.metrics.produced(topic, int(batch.NumRecords()), batch.Size(), nil)
-	}
-	return base, err
+	return b.route(topic).produceBatch(ctx, topic, n, batch, opts)
 }
 
 func (s soloStore) produceBatch(ctx context.Context, topic string, n int32, batch record.Batch, opts ProduceOptions) (int64, error) {
 	p, err := s.b.Partition(topic, n)
 	if err != nil {
+		s.b.metrics.produced(topic, 0, 0, err)
 		return -1, err
 	}
-	base, _, err := p.AppendProduced(batch)
+	base, dup, err := p.AppendProduced(batch)
+	s.b.metrics.appended(topic, batch, dup, err)
 	return base, s.b.wrapClosed(err)
 }
 
@@ -75,11 +71,19 @@ func (s clusterStore) produceBatch(ctx context.Context, topic string, n int32, b
 	case AcksNone:
 		acks = replica.AcksNone
 	}
-	base, err := rs.Append(ctx, batch, replica.AppendOptions{Acks: acks, Timeout: opts.Timeout, Idempotent: true, Waited: opts.Waited})
-	if err != nil {
-		return -1, b.wrapClosed(err)
+	res := rs.AppendBatches(ctx, []record.Batch{batch}, replica.AppendOptions{Acks: acks, Timeout: opts.Timeout, Idempotent: true, Waited: opts.Waited})
+	counter := &b.holderOf(rs.Partition()).metrics
+	if res.Err != nil {
+		counter.produced(topic, 0, 0, res.Err)
+		return -1, b.wrapClosed(res.Err)
 	}
-	return base, nil
+	// Written at the leader: its records are in, as Kafka counts them,
+	// even if the followers did not acknowledge them in time.
+	counter.produced(topic, int(batch.NumRecords()), batch.Size(), res.AckErr)
+	if res.AckErr != nil {
+		return -1, b.wrapClosed(res.AckErr)
+	}
+	return res.Bases[0], nil
 }
 
 // LeaderPartition returns the partition of a topic that this broker leads,

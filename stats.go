@@ -10,6 +10,7 @@ import (
 	"github.com/spoolmq/spool/group"
 	"github.com/spoolmq/spool/internal/measure"
 	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
 	"github.com/spoolmq/spool/replica"
 	"github.com/spoolmq/spool/stats"
 )
@@ -123,23 +124,34 @@ func (m *brokerMetrics) topic(name string, failed bool) *topicTraffic {
 	return t.(*topicTraffic)
 }
 
-// produced counts a write of records records, bytes bytes, to a partition
-// of a topic; failed if err is not nil.
+// produced counts a write to a partition of a topic that put records
+// records, bytes bytes, in its log, and failed if err is not nil (a write
+// may fail after its records are in: acks=all without the followers).
 func (m *brokerMetrics) produced(topic string, records, bytes int, err error) {
 	if !measure.On() {
 		return
 	}
-	t := m.topic(topic, err != nil)
+	t := m.topic(topic, err != nil && records == 0)
 	if t == nil {
 		return
 	}
 	t.produce.Add(1)
 	if err != nil {
 		t.failedProduce.Add(1)
-		return
 	}
 	t.recordsIn.Add(int64(records))
 	t.bytesIn.Add(int64(bytes))
+}
+
+// appended counts a producer's batch appended to a partition (or refused
+// with err); a retry recognised as a duplicate was not written again and
+// is counted as a request only.
+func (m *brokerMetrics) appended(topic string, batch record.Batch, duplicate bool, err error) {
+	if err != nil || duplicate {
+		m.produced(topic, 0, 0, err)
+		return
+	}
+	m.produced(topic, int(batch.NumRecords()), batch.Size(), nil)
 }
 
 // RecordProduce counts a write of records records, bytes bytes, to one

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/spoolmq/spool/partition"
+	"github.com/spoolmq/spool/record"
 )
 
 // An in-process cluster: exactly one broker says it is the active
@@ -100,4 +101,27 @@ func TestStatsInLocalCluster(t *testing.T) {
 		}
 		return true
 	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// A producer's retry that the broker recognises as a duplicate is a
+// request, not records in: counting it again would overstate the traffic.
+func TestStatsDuplicateBatchIsNotCountedIn(t *testing.T) {
+	ctx := context.Background()
+	b := openBroker(t, t.TempDir(), Options{})
+	defer b.Close()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{}))
+	pid, err := b.AllocateProducerID(ctx)
+	require.NoError(t, err)
+	batch, err := record.NewBatch([]record.Record{{Value: []byte("a")}, {Value: []byte("b")}},
+		record.BatchOptions{Producer: &record.ProducerInfo{ID: pid, Epoch: 0, BaseSequence: 0}, Now: time.Now()})
+	require.NoError(t, err)
+	for range 2 {
+		base, err := b.ProduceBatch(ctx, "t", 0, batch, ProduceOptions{})
+		require.NoError(t, err)
+		require.Zero(t, base)
+	}
+	st := b.Stats().Topics[0]
+	require.EqualValues(t, 2, st.ProduceRequests)
+	require.EqualValues(t, 2, st.RecordsIn, "the retry was not written again")
+	require.EqualValues(t, batch.Size(), st.BytesIn)
 }

@@ -172,8 +172,12 @@ func (c *conn) producePartition(req *request, pp producePart) {
 	defer func() {
 		if out.ErrorCode != errNone {
 			c.s.b.RecordProduce(pp.topic, 0, 0, kerr.ErrorForCode(out.ErrorCode))
-		} else if counted.Size() > 0 {
-			c.s.b.RecordProduce(pp.topic, int(counted.NumRecords()), counted.Size(), nil)
+		} else {
+			records := 0
+			if counted.Size() > 0 {
+				records = int(counted.NumRecords())
+			}
+			c.s.b.RecordProduce(pp.topic, records, counted.Size(), nil)
 		}
 	}()
 	// An unknown topic is answered before the records are looked at, as
@@ -197,12 +201,14 @@ func (c *conn) producePartition(req *request, pp producePart) {
 			return
 		}
 	}
-	base, _, err := p.AppendProduced(b)
+	base, duplicate, err := p.AppendProduced(b)
 	if err != nil {
 		setProduceError(req.version, out, produceErrorCode(err), err.Error())
 		return
 	}
-	counted = b
+	if !duplicate { // a retry answered with its first offset: not written again
+		counted = b
+	}
 	out.BaseOffset = base
 	out.LogAppendTime = -1 // CreateTime: the producer's timestamps are kept
 	out.LogStartOffset = p.StartOffset()
