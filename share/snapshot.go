@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // A snapshot is what survives a crash of a share-partition: its start and
@@ -49,7 +50,9 @@ func Restore(cfg Config, b []byte) (*Partition, error) {
 	}
 	start := int64(binary.BigEndian.Uint64(b[2:]))
 	n := binary.BigEndian.Uint32(b[10:])
-	if start < 0 || n > maxSnapshotRecords || len(b) != 14+2*int(n) {
+	// The offsets it covers, start to start+n, must be offsets: past
+	// MaxInt64 they would wrap negative once the done prefix is dropped.
+	if start < 0 || n > maxSnapshotRecords || len(b) != 14+2*int(n) || start > math.MaxInt64-int64(n) {
 		return nil, fmt.Errorf("%w: start %d, %d records in %d bytes", ErrCorruptSnapshot, start, n, len(b))
 	}
 	p := New(cfg, start)
