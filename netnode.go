@@ -151,6 +151,11 @@ type netCluster struct {
 	q           *controller.Quorum
 	incarnation string
 	epoch       atomic.Int64 // this incarnation's broker epoch, 0 before registration
+	// heard is when the last heartbeat (or registration) the controller
+	// answered was sent, as nanoseconds since processStart (a monotonic
+	// reading): the start of this node's lease as a group coordinator (see
+	// checkCoordinator).
+	heard atomic.Int64
 
 	// ready is closed once the node has registered and applied its own
 	// registration: from then on it acts on the metadata it applies.
@@ -168,6 +173,10 @@ type netCluster struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
+
+// processStart is the clock the leases of group coordinators are read on:
+// time.Since of it is monotonic.
+var processStart = time.Now()
 
 // openNetNode makes b a node of the cluster opts.Node describes. The data
 // directory must be empty, or a cluster node's of this node id and cluster.
@@ -553,6 +562,7 @@ func (c *netController) Register(ctx context.Context, id int32, _ replica.Member
 		reg.Controller = nc.q.Addr()
 	}
 	var epoch int64
+	sent := time.Now()
 	err := nc.call(ctx, func() (err error) {
 		epoch, err = nc.q.RegisterBroker(ctx, reg)
 		return err
@@ -563,6 +573,7 @@ func (c *netController) Register(ctx context.Context, id int32, _ replica.Member
 	if err != nil {
 		return 0, err
 	}
+	nc.heard.Store(int64(sent.Sub(processStart)))
 	nc.epoch.Store(epoch)
 	// Unfence at once, rather than at the next heartbeat, once this node
 	// has applied its registration.
@@ -583,6 +594,7 @@ func (c *netController) heartbeat(ctx context.Context, h controller.Heartbeat) (
 	nc := (*netCluster)(c)
 	h.MetadataIndex = nc.q.Image().Index()
 	var res controller.HeartbeatResult
+	sent := time.Now()
 	err := nc.call(ctx, func() (err error) {
 		res, err = nc.q.BrokerHeartbeat(ctx, h)
 		return err
@@ -590,6 +602,11 @@ func (c *netController) heartbeat(ctx context.Context, h controller.Heartbeat) (
 		res, err = nc.opts.Remote.BrokerHeartbeat(ctx, addr, h)
 		return err
 	})
+	if err == nil {
+		// The controller heard from this node after sent: it will not
+		// fence it before sent + SessionTimeout.
+		nc.heard.Store(int64(sent.Sub(processStart)))
+	}
 	if errors.Is(err, controller.ErrStaleBrokerEpoch) {
 		err = fmt.Errorf("%w: %w", replica.ErrStaleState, err)
 	}
@@ -1001,6 +1018,15 @@ func (nc *netCluster) checkCoordinator(groupID string) error {
 		return fmt.Errorf("%w: broker %d does not lead %s-%d", ErrNotCoordinator, nc.b.opts.NodeID, OffsetsTopic, p)
 	case loading:
 		return fmt.Errorf("%w: %s-%d", ErrCoordinatorLoadInProgress, OffsetsTopic, p)
+	}
+	// A lease: a node cut off from the controller may already have been
+	// fenced and its partitions led elsewhere, where commits go on; what it
+	// would answer of the group is stale. The controller fences no sooner
+	// than a session timeout after the last heartbeat it answered, which
+	// this node sent at heard: it stops coordinating a quarter of one
+	// before.
+	if since := time.Since(processStart) - time.Duration(nc.heard.Load()); since > nc.opts.SessionTimeout*3/4 {
+		return fmt.Errorf("%w: broker %d has not heard from the controller for %v", ErrNotCoordinator, nc.b.opts.NodeID, since.Round(time.Millisecond))
 	}
 	return nil
 }
