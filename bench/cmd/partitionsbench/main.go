@@ -44,6 +44,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -66,6 +67,7 @@ type config struct {
 	markdown   bool
 	keep       bool
 	phases     string
+	memProfile string
 }
 
 // measure is what one child reports, as one JSON line on stdout.
@@ -104,11 +106,15 @@ func main() {
 	flag.BoolVar(&cfg.markdown, "markdown", false, "print a markdown table")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the data directory")
 	flag.StringVar(&cfg.phases, "phases", "create,open,crash,produce", "phases to run, in this order")
+	flag.StringVar(&cfg.memProfile, "memprofile", "", "write a heap profile of the idle broker after the open phase to this file")
 	flag.Parse()
 	if cfg.partitions < 1 || cfg.topics < 1 || cfg.partitions%cfg.topics != 0 {
 		fatalf("--partitions must be a positive multiple of --topics")
 	}
 	if *child != "" {
+		if cfg.memProfile != "" {
+			runtime.MemProfileRate = 1 // every allocation, for a small N
+		}
 		m, err := runChild(*child, cfg)
 		if err != nil {
 			m.Err = err.Error()
@@ -198,7 +204,7 @@ func run(cfg config) error {
 // runPhase runs one phase in a child process. A crash child is killed with
 // SIGKILL once it has reported.
 func runPhase(self, phase string, cfg config, data string, kill bool) (measure, error) {
-	args := []string{"--child", phase, "--dir", data,
+	args := []string{"--child", phase, "--dir", data, "--memprofile", cfg.memProfile,
 		"--partitions", strconv.Itoa(cfg.partitions), "--topics", strconv.Itoa(cfg.topics),
 		"--records", strconv.Itoa(cfg.records)}
 	cmd := exec.Command(self, args...)
@@ -392,6 +398,11 @@ func runChild(phase string, cfg config) (measure, error) {
 	runtime.ReadMemStats(&ms)
 	m.HeapInuse = int64(ms.HeapInuse)
 	m.DiskAlloc, m.DiskSize = diskUsage(cfg.dir)
+	if phase == "open" && cfg.memProfile != "" {
+		if err := writeHeapProfile(cfg.memProfile); err != nil {
+			return m, err
+		}
+	}
 	if phase == "crash" {
 		json.NewEncoder(os.Stdout).Encode(m)
 		select {} // wait for SIGKILL
@@ -440,6 +451,18 @@ func produce(ctx context.Context, b *spool.Broker, cfg config, where func(i int)
 	mu.Lock()
 	defer mu.Unlock()
 	return rate, failed
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // settle lets the garbage of opening go, and returns the freed memory to
