@@ -33,7 +33,10 @@
 // maximum size with real disk blocks (fallocate) before it is mapped: a full
 // disk then fails the allocation with an error rather than killing the
 // process with SIGBUS on a later write through the map. When a segment is
-// sealed or closed cleanly the file is trimmed to its entries.
+// sealed or closed cleanly the file is trimmed to its entries. Maps are
+// advised for random access (MADV_RANDOM on Linux): lookups are binary
+// searches, and readahead into preallocated blocks would only zero-fill
+// pages nobody reads.
 //
 // # Trust
 //

@@ -113,6 +113,7 @@ func (ix *file) mapFile(maxBytes int, valid func([]byte, int) int) error {
 		if err != nil {
 			return fmt.Errorf("index: mmap %s: %w", ix.path, err)
 		}
+		adviseRandom(mm)
 		ix.mm = mm
 	}
 	n := int(size) / ix.entrySize

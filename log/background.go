@@ -60,6 +60,14 @@ func (l *Log) checkpoint() error {
 
 	l.mu.Lock()
 	active, size, end := l.active, l.active.Size(), l.next.Load()
+	if len(l.unsynced) == 0 && l.flushed == l.cpStateLocked(size, end, l.start.Load()) {
+		// Nothing has changed since the last flush made everything
+		// durable and recorded it: flushing again would only repeat it.
+		// An idle log is then free, however many there are.
+		l.mu.Unlock()
+		return nil
+	}
+	truncs := l.truncs.Load()
 	var segs []*segment.Segment
 	for _, s := range l.segments() {
 		if s.Base() >= l.rp.SegmentBase && s.Acquire() {
@@ -84,11 +92,31 @@ func (l *Log) checkpoint() error {
 	}
 	l.markDurable(active, size, end)
 	rp := RecoveryPoint{Offset: end, SegmentBase: active.Base(), Position: size}
-	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: rp, StartOffset: l.start.Load(), CleanerOffset: l.cleanerOffset}); err != nil {
+	start := l.start.Load()
+	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: rp, StartOffset: start, CleanerOffset: l.cleanerOffset}); err != nil {
 		return l.fail(err)
 	}
 	l.rp = rp
+	l.flushed = cpState{active: active, size: size, end: end, start: start, cleanerOffset: l.cleanerOffset, truncs: truncs, rp: rp}
 	return nil
+}
+
+// cpState is what a checkpoint flushed and recorded: the active segment up
+// to size, the log's end, its start and cleaner offsets, the truncation
+// count (a truncation and appends back to the same end would look alike
+// without it) and the recovery point written. A segment, not just a base:
+// a Reset makes a new segment at the same base.
+type cpState struct {
+	active                                  *segment.Segment
+	size, end, start, cleanerOffset, truncs int64
+	rp                                      RecoveryPoint
+}
+
+// cpStateLocked is the log's state now, as a checkpoint would record it
+// with the active segment at size, the log ending at end and starting at
+// start. Called with cpMu and mu held.
+func (l *Log) cpStateLocked(size, end, start int64) cpState {
+	return cpState{active: l.active, size: size, end: end, start: start, cleanerOffset: l.cleanerOffset, truncs: l.truncs.Load(), rp: l.rp}
 }
 
 // writeStateLocked records the current recovery point with a new log start

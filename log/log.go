@@ -85,7 +85,8 @@ type Log struct {
 	// cpMu serialises checkpoints; rp is the last recovery point written.
 	cpMu          sync.Mutex
 	rp            RecoveryPoint
-	cleanerOffset int64 // compaction has cleaned offsets below; guarded by cpMu
+	cleanerOffset int64   // compaction has cleaned offsets below; guarded by cpMu
+	flushed       cpState // what the last full flush made durable; guarded by cpMu
 
 	cleanMu sync.Mutex // one Clean at a time
 
@@ -262,6 +263,7 @@ func (l *Log) load() (RecoveryInfo, error) {
 	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: l.rp, StartOffset: start, CleanerOffset: l.cleanerOffset}); err != nil {
 		return info, err
 	}
+	l.flushed = l.cpStateLocked(l.active.Size(), end, start)
 	return info, nil
 }
 

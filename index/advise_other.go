@@ -1,0 +1,6 @@
+//go:build !linux
+
+package index
+
+// adviseRandom does nothing here; see advise_linux.go.
+func adviseRandom([]byte) {}

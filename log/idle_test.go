@@ -1,0 +1,105 @@
+package log
+
+import (
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+
+	"github.com/spoolmq/spool/internal/vfs"
+	"github.com/stretchr/testify/require"
+)
+
+// A checkpoint of a log that has not changed since the last one flushed
+// and recorded everything does no I/O: an idle broker with many partitions
+// must not fsync every one of them every CheckpointInterval. Any change -
+// an append, a truncation (even back to the same end), a Reset, a new start
+// offset - makes the next checkpoint flush again, and what it records is
+// what a crash recovers.
+func TestIdleCheckpointDoesNoIO(t *testing.T) {
+	for _, flush := range []FlushPolicy{Sync, None} {
+		t.Run(flush.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			var ops atomic.Int64 // syncs, renames and directory syncs
+			opts := tiny()
+			opts.Flush = flush
+			opts.fs = vfs.NewFaultFS(vfs.Default, func(op vfs.Op, _ string, n int) (int, error) {
+				if op == vfs.OpSync || op == vfs.OpRename || op == vfs.OpSyncDir {
+					ops.Add(1)
+				}
+				return n, nil
+			})
+			l, err := Open(dir, opts)
+			require.NoError(t, err)
+			checkpoint := func() int64 {
+				t.Helper()
+				before := ops.Load()
+				require.NoError(t, l.checkpoint())
+				return ops.Load() - before
+			}
+			recorded := func() RecoveryPoint {
+				t.Helper()
+				cp, err := readCheckpoint(vfs.Default, dir)
+				require.NoError(t, err)
+				return cp.RecoveryPoint
+			}
+
+			require.Zero(t, checkpoint(), "a just-opened log was flushed by Open")
+
+			rng := rand.New(rand.NewPCG(7, 7))
+			end := appendN(t, l, 40, 3, rng)
+			require.NotZero(t, checkpoint())
+			require.Equal(t, end, recorded().Offset)
+			require.Zero(t, checkpoint(), "nothing changed since the last checkpoint")
+			require.Zero(t, checkpoint())
+
+			// Appends after the checkpoint, cut off again: the log is back
+			// at the recorded end, size and recovery point, but the cut
+			// is not durable until a flush - without one, a crash could
+			// bring the cut records back.
+			size := l.active.Size()
+			appendN(t, l, 3, 1, rng)
+			_, err = l.Truncate(end)
+			require.NoError(t, err)
+			require.Equal(t, end, l.EndOffset())
+			require.Equal(t, size, l.active.Size())
+			require.Equal(t, end, l.rp.Offset)
+			require.NotZero(t, checkpoint(), "a truncation changes what is on disk")
+			require.Zero(t, checkpoint())
+
+			// A truncation below the recovery point.
+			_, err = l.Truncate(end - 2)
+			require.NoError(t, err)
+			end = appendN(t, l, 2, 1, rng)
+			require.NotZero(t, checkpoint())
+			require.Zero(t, checkpoint())
+
+			// A new start offset.
+			require.NoError(t, l.DeleteRecordsBefore(l.EndOffset()-5))
+			require.NotZero(t, checkpoint())
+			require.Zero(t, checkpoint())
+
+			// A roll.
+			end = appendN(t, l, 200, 5, rng)
+			require.NotZero(t, checkpoint())
+			require.Equal(t, end, recorded().Offset)
+			require.Zero(t, checkpoint())
+
+			// A Reset makes a new segment.
+			require.NoError(t, l.Reset(end+10))
+			require.NotZero(t, checkpoint())
+			require.Zero(t, checkpoint())
+			end = appendN(t, l, 30, 3, rng)
+			require.NotZero(t, checkpoint())
+			require.Zero(t, checkpoint())
+
+			// What the skipped checkpoints left recorded is what a crash
+			// recovers.
+			require.NoError(t, l.Crash(true))
+			l, err = Open(dir, tiny())
+			require.NoError(t, err)
+			defer l.Close()
+			require.Equal(t, end, l.EndOffset())
+			checkRecords(t, readAll(t, l, end-30), end-30, end)
+		})
+	}
+}
