@@ -157,6 +157,13 @@ func (cc *consoleConsumer) run(ctx context.Context, b *spool.Broker, topic strin
 		fmt.Fprintf(cc.stderr, "spool consume: %v\n", err)
 		return exitProblem
 	}
+	return cc.consume(ctx, topic, from, c.Poll)
+}
+
+// consume prints what poll returns - from a data directory's consumer or a
+// Kafka client - until --count records are printed, --timeout passes
+// without a record, poll fails, or ctx ends (a signal: exit status 0).
+func (cc *consoleConsumer) consume(ctx context.Context, topic string, from startPosition, poll func(context.Context) ([]spool.Record, error)) int {
 	if from.kind == "latest" {
 		// The default, and it prints nothing until a record comes: say
 		// so, or a new user sees a command that hangs.
@@ -169,7 +176,7 @@ func (cc *consoleConsumer) run(ctx context.Context, b *spool.Broker, topic strin
 		if cc.timeout > 0 {
 			pollCtx, cancel = context.WithDeadline(ctx, last.Add(cc.timeout))
 		}
-		recs, err := c.Poll(pollCtx)
+		recs, err := poll(pollCtx)
 		cancel()
 		if werr := cc.print(recs); werr != nil {
 			fmt.Fprintf(cc.stderr, "spool consume: writing: %v\n", werr)

@@ -61,50 +61,20 @@ func (cc *consoleConsumer) runRemote(ctx context.Context, servers []string, sec 
 		fmt.Fprintf(cc.stderr, "spool consume: %v\n", err)
 		return exitProblem
 	}
-	if from.kind == "latest" {
-		fmt.Fprintf(cc.stderr, "spool consume: reading %s from the latest offset; waiting for new records (--from earliest to read what is there)\n", topic)
-	}
-
-	last := time.Now()
-	for cc.count == 0 || cc.printed < cc.count {
-		pollCtx, cancel := ctx, context.CancelFunc(func() {})
-		if cc.timeout > 0 {
-			pollCtx, cancel = context.WithDeadline(ctx, last.Add(cc.timeout))
-		}
-		fetches := cl.PollFetches(pollCtx)
-		cancel()
+	return cc.consume(ctx, topic, from, func(ctx context.Context) ([]spool.Record, error) {
+		fetches := cl.PollFetches(ctx)
 		var recs []spool.Record
 		fetches.EachRecord(func(r *kgo.Record) {
 			recs = append(recs, spool.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Timestamp: r.Timestamp, Key: r.Key, Value: r.Value})
 		})
-		if werr := cc.print(recs); werr != nil {
-			fmt.Fprintf(cc.stderr, "spool consume: writing: %v\n", werr)
-			return exitProblem
-		}
-		if len(recs) > 0 {
-			last = time.Now()
-		}
 		var ferr error
 		fetches.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && ferr == nil {
 				ferr = fmt.Errorf("%s-%d: %w", t, p, err)
 			}
 		})
-		switch {
-		case ctx.Err() != nil:
-			return exitOK
-		case ferr != nil:
-			fmt.Fprintf(cc.stderr, "spool consume: %v\n", ferr)
-			return exitProblem
-		case cc.timeout > 0 && len(recs) == 0 && time.Since(last) >= cc.timeout:
-			if cc.count > 0 && cc.printed < cc.count {
-				fmt.Fprintf(cc.stderr, "spool consume: no record for %v: stopping after %d of %d records\n", cc.timeout, cc.printed, cc.count)
-				return exitProblem
-			}
-			return exitOK
-		}
-	}
-	return exitOK
+		return recs, ferr
+	})
 }
 
 // checkRemoteTopic asks the brokers whether topic (and partition part, if
