@@ -168,16 +168,10 @@ func (c *conn) producePartition(req *request, pp producePart) {
 		c.produceClustered(req, pp)
 		return
 	}
-	var counted record.Batch // what was written, for the broker's counters
+	reached := false // the batch reached ProduceBatch, which counts it
 	defer func() {
-		if out.ErrorCode != errNone {
-			c.s.b.RecordProduce(pp.topic, 0, 0, kerr.ErrorForCode(out.ErrorCode))
-		} else {
-			records := 0
-			if counted.Size() > 0 {
-				records = int(counted.NumRecords())
-			}
-			c.s.b.RecordProduce(pp.topic, records, counted.Size(), nil)
+		if !reached && out.ErrorCode != errNone {
+			c.s.b.RecordProduce(pp.topic, 0, 0, kerr.ErrorForCode(out.ErrorCode)) // refused before the broker
 		}
 	}()
 	// An unknown topic is answered before the records are looked at, as
@@ -201,13 +195,11 @@ func (c *conn) producePartition(req *request, pp producePart) {
 			return
 		}
 	}
-	base, duplicate, err := p.AppendProduced(b)
+	reached = true
+	base, err := c.s.b.ProduceBatch(c.ctx, pp.topic, out.Partition, b, spool.ProduceOptions{})
 	if err != nil {
 		setProduceError(req.version, out, produceErrorCode(err), err.Error())
 		return
-	}
-	if !duplicate { // a retry answered with its first offset: not written again
-		counted = b
 	}
 	out.BaseOffset = base
 	out.LogAppendTime = -1 // CreateTime: the producer's timestamps are kept
