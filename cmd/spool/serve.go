@@ -489,6 +489,7 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listene
 			fmt.Fprintf(stderr, "spool: listener %s on %s\n", listeners[i].cfg.Name, l.Addr())
 		}
 	}
+	hs.serving() // the listeners are bound: connections queue until accepted
 	// Last: harnesses wait for this line, and then read the ones above.
 	fmt.Fprintf(stderr, "spool: serving on %s\n", ls[0].Addr())
 
@@ -496,7 +497,6 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listene
 	for i, l := range ls {
 		go func() { served <- srv.ServeListener(l, listeners[i].cfg) }()
 	}
-	hs.serving() // the listeners are bound: connections queue until accepted
 	select {
 	case err := <-served:
 		// Serve stops on its own only when the listener fails.
