@@ -508,9 +508,11 @@ func (s *Server) start(nc net.Conn, controller bool, ln *listener) bool {
 	}
 	if hasIP && s.opts.MaxConnectionsPerIP > 0 && s.perIP[ip] >= s.opts.MaxConnectionsPerIP {
 		s.mu.Unlock()
+		// Counted before the close, so that a client that sees its
+		// connection closed also sees it counted.
+		s.refused.Add(1)
 		nc.Close()
 		release()
-		s.refused.Add(1)
 		s.logger.Debug("refused connection: address has max.connections.per.ip open",
 			"remote", c.remote, "limit", s.opts.MaxConnectionsPerIP)
 		return true
