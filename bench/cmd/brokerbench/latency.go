@@ -21,6 +21,7 @@ import (
 // over the runs of each statistic.
 type latencyRow struct {
 	policy   string
+	fraction float64 // of the measured publish rate (0: a fixed --latency-rate)
 	target   float64 // records/s asked for
 	achieved float64 // records/s the producer kept up
 	cpu      float64 // cores busy
@@ -255,20 +256,24 @@ func measureFsync(dir string, n int) (fsyncStats, error) {
 }
 
 func printLatency(out io.Writer, cfg config, rows []latencyRow, fs fsyncStats) {
-	at := fmt.Sprintf("at %g x the publish rate measured above", cfg.latencyFraction)
+	at := "at fractions of the publish rate measured above"
 	if cfg.latencyRate > 0 {
 		at = fmt.Sprintf("at %.0f records/s", cfg.latencyRate)
 	}
 	fmt.Fprintf(out, "spool produce-to-consume latency, 128 B records, one partition, default producer and consumer, %s (%v per run, median of %d runs)\n",
 		at, cfg.latencyDuration, cfg.runs)
-	header := []string{"flush", "target rec/s", "achieved rec/s", "cores busy", "records", "p50", "p99", "p99.9", "max", "target p99", "ack p50", "ack p99"}
+	header := []string{"flush", "of max", "target rec/s", "achieved rec/s", "cores busy", "records", "p50", "p99", "p99.9", "max", "target p99", "ack p50", "ack p99"}
 	var lines [][]string
 	for _, r := range rows {
 		target := "<= 5ms"
 		if r.policy == "sync" {
 			target = fmt.Sprintf("<= %v (fsync p99 + 2ms)", ms(fs.p99+2*time.Millisecond))
 		}
-		lines = append(lines, []string{policyName(r.policy, "spool"),
+		of := "-"
+		if r.fraction > 0 {
+			of = fmt.Sprintf("%.0f%%", 100*r.fraction)
+		}
+		lines = append(lines, []string{policyName(r.policy, "spool"), of,
 			fmt.Sprintf("%.0f", r.target), fmt.Sprintf("%.0f", r.achieved), fmt.Sprintf("%.2f", r.cpu), fmt.Sprint(r.records),
 			ms(r.p50), ms(r.p99), ms(r.p999), ms(r.max), target, ms(r.ackP50), ms(r.ackP99)})
 	}

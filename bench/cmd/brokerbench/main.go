@@ -37,24 +37,24 @@ import (
 )
 
 type config struct {
-	records         int // under none
-	syncRecords     int // under sync
-	runs            int
-	dir             string
-	markdown        bool
-	verbose         bool
-	sizes           []int
-	policies        []string
-	systems         []string
-	spoolPartitions int // extra spool row with this many partitions; 0: none
-	natsConn        string
-	jsConsumer      string
-	jsPullMax       int
-	latency         bool
-	latencyDuration time.Duration
-	latencyFraction float64
-	latencyRate     float64
-	cpuprofile      string
+	records          int // under none
+	syncRecords      int // under sync
+	runs             int
+	dir              string
+	markdown         bool
+	verbose          bool
+	sizes            []int
+	policies         []string
+	systems          []string
+	spoolPartitions  int // extra spool row with this many partitions; 0: none
+	natsConn         string
+	jsConsumer       string
+	jsPullMax        int
+	latency          bool
+	latencyDuration  time.Duration
+	latencyFractions []float64
+	latencyRate      float64
+	cpuprofile       string
 }
 
 // Records per cell, system and run. The default run (2 sizes x 2 policies x
@@ -68,7 +68,7 @@ const (
 
 func main() {
 	var cfg config
-	var sizes, policies, systems string
+	var sizes, policies, systems, fractions string
 	flag.IntVar(&cfg.records, "records", defaultRecords, "records per cell, system and run under none (and under sync too, unless --sync-records is given)")
 	flag.IntVar(&cfg.syncRecords, "sync-records", defaultSyncRecords, "records per cell, system and run under sync")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per cell; the table shows the median")
@@ -84,7 +84,7 @@ func main() {
 	flag.IntVar(&cfg.jsPullMax, "js-pull-max", 0, "PullMaxMessages of JetStream's pull consumer (0: the client's default, 500)")
 	flag.BoolVar(&cfg.latency, "latency", true, "measure spool's produce-to-consume latency at half the maximum rate (128 B records)")
 	flag.DurationVar(&cfg.latencyDuration, "latency-duration", 5*time.Second, "how long each latency run produces")
-	flag.Float64Var(&cfg.latencyFraction, "latency-fraction", 0.5, "the latency test's rate as a fraction of the publish rate measured for its cell")
+	flag.StringVar(&fractions, "latency-fraction", "0.1,0.5,0.9", "the latency test's rates as fractions of the publish rate measured for its cell, comma-separated")
 	flag.Float64Var(&cfg.latencyRate, "latency-rate", 0, "the latency test's rate in records/s, instead of --latency-fraction")
 	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file; samples carry the label system=spool|jetstream (go tool pprof -tagfocus system=spool)")
 	flag.Parse()
@@ -92,6 +92,13 @@ func main() {
 	var err error
 	if cfg.sizes, err = report.Ints(sizes, 16); err != nil {
 		fatalf("--sizes: %v", err)
+	}
+	for f := range strings.SplitSeq(fractions, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v <= 0 || v > 1 {
+			fatalf("--latency-fraction: %q is not a fraction in (0, 1]", f)
+		}
+		cfg.latencyFractions = append(cfg.latencyFractions, v)
 	}
 	for p := range strings.SplitSeq(policies, ",") {
 		if p != "sync" && p != "none" {
@@ -248,15 +255,22 @@ func run(cfg config, out io.Writer) error {
 			if c.size != 128 {
 				continue
 			}
-			rate := rows[i][0].publishRate() * cfg.latencyFraction // sys[0] is spool with one partition
+			fractions := cfg.latencyFractions
 			if cfg.latencyRate > 0 {
-				rate = cfg.latencyRate
+				fractions = []float64{0}
 			}
-			row, err := measureLatency(ctx, cfg, c, rate)
-			if err != nil {
-				return fmt.Errorf("latency, %s: %w", c.policy, err)
+			for _, f := range fractions {
+				rate := rows[i][0].publishRate() * f // sys[0] is spool with one partition
+				if cfg.latencyRate > 0 {
+					rate = cfg.latencyRate
+				}
+				row, err := measureLatency(ctx, cfg, c, rate)
+				if err != nil {
+					return fmt.Errorf("latency, %s: %w", c.policy, err)
+				}
+				row.fraction = f
+				lat = append(lat, row)
 			}
-			lat = append(lat, row)
 		}
 		if len(lat) > 0 {
 			fs, err := measureFsync(cfg.dir, 2000)
