@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,7 @@ type config struct {
 	latencyFractions []float64
 	latencyRate      float64
 	cpuprofile       string
+	trace            string
 }
 
 // Records per cell, system and run. The default run (2 sizes x 2 policies x
@@ -86,6 +88,7 @@ func main() {
 	flag.DurationVar(&cfg.latencyDuration, "latency-duration", 5*time.Second, "how long each latency run produces")
 	flag.StringVar(&fractions, "latency-fraction", "0.1,0.5,0.9", "the latency test's rates as fractions of the publish rate measured for its cell, comma-separated")
 	flag.Float64Var(&cfg.latencyRate, "latency-rate", 0, "the latency test's rate in records/s, instead of --latency-fraction")
+	flag.StringVar(&cfg.trace, "latency-trace", "", "write an execution trace of the latency runs to this file (go tool trace)")
 	flag.StringVar(&cfg.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file; samples carry the label system=spool|jetstream (go tool pprof -tagfocus system=spool)")
 	flag.Parse()
 
@@ -251,6 +254,16 @@ func run(cfg config, out io.Writer) error {
 
 	if cfg.latency && slices.Contains(cfg.systems, "spool") {
 		var lat []latencyRow
+		if cfg.trace != "" {
+			f, err := os.Create(cfg.trace)
+			if err != nil {
+				return err
+			}
+			if err := trace.Start(f); err != nil {
+				return err
+			}
+			defer func() { trace.Stop(); f.Close() }()
+		}
 		for i, c := range cells {
 			if c.size != 128 {
 				continue
