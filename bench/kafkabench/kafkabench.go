@@ -305,17 +305,17 @@ func Percentile(sorted []time.Duration, p float64) time.Duration {
 
 // Latency produces n records of size bytes to topic (one partition is
 // expected) at rate records/s with the producer lingering linger (kgo's
-// default is 10 ms), each value stamped with the time of its Produce call,
-// while a consumer client polls the topic; a record's latency is the time
-// the consumer's poll returned it minus its stamp.
-func Latency(ctx context.Context, t *Target, topic string, n, size int, rate float64, linger time.Duration) (LatencyResult, error) {
+// default is 10 ms) and waiting for acks, each value stamped with the time
+// of its Produce call, while a consumer client polls the topic; a record's
+// latency is the time the consumer's poll returned it minus its stamp.
+func Latency(ctx context.Context, t *Target, topic string, n, size int, rate float64, linger time.Duration, acks Acks) (LatencyResult, error) {
 	var res LatencyResult
 	cons, err := t.client(kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return res, err
 	}
 	defer cons.Close()
-	prod, err := t.client(kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(linger))
+	prod, err := t.client(append(acks.opts(), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(linger))...)
 	if err != nil {
 		return res, err
 	}
@@ -365,7 +365,7 @@ func Latency(ctx context.Context, t *Target, topic string, n, size int, rate flo
 
 	vals := NewValues(size)
 	var mu sync.Mutex
-	acks := make([]time.Duration, 0, n)
+	acked := make([]time.Duration, 0, n)
 	var failed atomic.Pointer[error]
 	start := time.Now()
 	interval := time.Duration(float64(time.Second) / rate)
@@ -382,7 +382,7 @@ func Latency(ctx context.Context, t *Target, topic string, n, size int, rate flo
 			}
 			d := time.Since(sent)
 			mu.Lock()
-			acks = append(acks, d)
+			acked = append(acked, d)
 			mu.Unlock()
 		})
 	}
@@ -398,8 +398,8 @@ func Latency(ctx context.Context, t *Target, topic string, n, size int, rate flo
 		return res, c.err
 	}
 	slices.Sort(c.lat)
-	slices.Sort(acks)
-	res.Latencies, res.Acks = c.lat, acks
+	slices.Sort(acked)
+	res.Latencies, res.Acks = c.lat, acked
 	return res, nil
 }
 

@@ -111,7 +111,7 @@ func BenchmarkLatency(b *testing.B) {
 func benchLatency(b *testing.B, sys string, linger time.Duration) {
 	t := start(b, sys, 1)
 	b.ResetTimer()
-	res, err := Latency(context.Background(), t, "bench", b.N, 100, LatencyRate, linger)
+	res, err := Latency(context.Background(), t, "bench", b.N, 100, LatencyRate, linger, AcksAll)
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)

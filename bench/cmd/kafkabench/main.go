@@ -10,8 +10,9 @@
 // fresh broker, produces --records records (kgo's default batching, linger
 // 10 ms; acks=all is idempotent, acks=1 is not) and waits for every
 // acknowledgement, then a new client reads all of them back from the start. Then each system runs the latency
-// test: 100 B records produced at a fixed --latency-rate to one partition
-// while a consumer polls it, with kgo's default linger (10 ms, which then
+// test: 100 B records produced at each fixed --latency-rate (a
+// comma-separated list) to one partition while a consumer polls it, with
+// each --latency-acks (1, all), with kgo's default linger (10 ms, which then
 // dominates the latency) and with none (--latency-lingers). Every run is repeated --runs times, the
 // systems taking turns going first, and the tables show medians and
 // spool/kfake ratios. See package kafkabench.
@@ -48,14 +49,15 @@ type config struct {
 	acks            []kafkabench.Acks
 	systems         []string
 	latency         bool
-	latencyRate     float64
+	latencyRates    []float64
+	latencyAcks     []kafkabench.Acks
 	latencyDuration time.Duration
 	latencyLingers  []time.Duration
 }
 
 func main() {
 	var cfg config
-	var sizes, partitions, acks, systems, lingers string
+	var sizes, partitions, acks, systems, lingers, latRates, latAcks string
 	flag.IntVar(&cfg.records, "records", 1_000_000, "records produced and read back per cell, system and run")
 	flag.IntVar(&cfg.runs, "runs", 3, "runs per cell and system; the tables show the median")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for spool's data (default: a new temporary directory, removed at the end)")
@@ -66,7 +68,8 @@ func main() {
 	flag.StringVar(&acks, "acks", "1,all", "producer acks, comma-separated: 1, all")
 	flag.StringVar(&systems, "systems", strings.Join(kafkabench.Systems, ","), "systems, comma-separated: "+strings.Join(kafkabench.Systems, ", "))
 	flag.BoolVar(&cfg.latency, "latency", true, "run the latency test")
-	flag.Float64Var(&cfg.latencyRate, "latency-rate", 10_000, "the latency test's rate, records/s")
+	flag.StringVar(&latRates, "latency-rate", "10000", "the latency test's rates, records/s, comma-separated")
+	flag.StringVar(&latAcks, "latency-acks", "all", "the latency test's producer acks, comma-separated: 1, all")
 	flag.DurationVar(&cfg.latencyDuration, "latency-duration", 5*time.Second, "how long each latency run produces")
 	flag.StringVar(&lingers, "latency-lingers", "10ms,0s", "the producer's linger in the latency test, comma-separated (10ms is kgo's default)")
 	flag.Parse()
@@ -78,15 +81,18 @@ func main() {
 	if cfg.partitions, err = report.Ints(partitions, 1); err != nil {
 		fatalf("--partitions: %v", err)
 	}
-	for a := range strings.SplitSeq(acks, ",") {
-		switch strings.TrimSpace(a) {
-		case "1":
-			cfg.acks = append(cfg.acks, kafkabench.AcksLeader)
-		case "all", "-1":
-			cfg.acks = append(cfg.acks, kafkabench.AcksAll)
-		default:
-			fatalf("--acks: %q is not 1 or all", a)
+	if cfg.acks, err = parseAcks(acks); err != nil {
+		fatalf("--acks: %v", err)
+	}
+	if cfg.latencyAcks, err = parseAcks(latAcks); err != nil {
+		fatalf("--latency-acks: %v", err)
+	}
+	for r := range strings.SplitSeq(latRates, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
+		if err != nil || v <= 0 {
+			fatalf("--latency-rate: %q is not a positive rate", r)
 		}
+		cfg.latencyRates = append(cfg.latencyRates, v)
 	}
 	for s := range strings.SplitSeq(systems, ",") {
 		if !slices.Contains(kafkabench.Systems, s) {
@@ -101,8 +107,8 @@ func main() {
 		}
 		cfg.latencyLingers = append(cfg.latencyLingers, d)
 	}
-	if cfg.runs < 1 || cfg.records < 1 || cfg.latencyRate <= 0 {
-		fatalf("--runs and --records must be at least 1, --latency-rate positive")
+	if cfg.runs < 1 || cfg.records < 1 {
+		fatalf("--runs and --records must be at least 1")
 	}
 	if cfg.dir == "" {
 		d, err := os.MkdirTemp("", "kafkabench-")
@@ -117,6 +123,22 @@ func main() {
 	if err := run(cfg, os.Stdout); err != nil {
 		fatalf("%v", err)
 	}
+}
+
+// parseAcks reads a comma-separated list of acks settings: 1 or all.
+func parseAcks(s string) ([]kafkabench.Acks, error) {
+	var out []kafkabench.Acks
+	for a := range strings.SplitSeq(s, ",") {
+		switch strings.TrimSpace(a) {
+		case "1":
+			out = append(out, kafkabench.AcksLeader)
+		case "all", "-1":
+			out = append(out, kafkabench.AcksAll)
+		default:
+			return nil, fmt.Errorf("%q is not 1 or all", a)
+		}
+	}
+	return out, nil
 }
 
 func fatalf(format string, args ...any) {
@@ -182,16 +204,24 @@ func run(cfg config, out io.Writer) error {
 	printThroughput(out, cfg, cells, rows)
 
 	if cfg.latency {
-		n := max(1, int(cfg.latencyRate*cfg.latencyDuration.Seconds()))
-		lat := make([][][]kafkabench.LatencyResult, len(cfg.latencyLingers)) // [linger][system][run]
-		for li, linger := range cfg.latencyLingers {
-			lat[li] = make([][]kafkabench.LatencyResult, len(cfg.systems))
+		var cells []latencyCell
+		for _, r := range cfg.latencyRates {
+			for _, a := range cfg.latencyAcks {
+				for _, l := range cfg.latencyLingers {
+					cells = append(cells, latencyCell{rate: r, acks: a, linger: l})
+				}
+			}
+		}
+		lat := make([][][]kafkabench.LatencyResult, len(cells)) // [cell][system][run]
+		for ci, lc := range cells {
+			n := max(1, int(lc.rate*cfg.latencyDuration.Seconds()))
+			lat[ci] = make([][]kafkabench.LatencyResult, len(cfg.systems))
 			for r := range cfg.runs {
 				for k := range cfg.systems {
 					j := (k + r) % len(cfg.systems)
 					sys := cfg.systems[j]
-					dir := filepath.Join(cfg.dir, fmt.Sprintf("latency-%v-run%d-%s", linger, r, sys))
-					res, err := latency(ctx, sys, dir, n, cfg.latencyRate, linger)
+					dir := filepath.Join(cfg.dir, fmt.Sprintf("latency-%d-run%d-%s", ci, r, sys))
+					res, err := latency(ctx, sys, dir, n, lc)
 					if rerr := os.RemoveAll(dir); err == nil {
 						err = rerr
 					}
@@ -199,15 +229,15 @@ func run(cfg config, out io.Writer) error {
 						return fmt.Errorf("%s, latency: %w", sys, err)
 					}
 					if cfg.verbose {
-						fmt.Fprintf(os.Stderr, "latency linger=%v run=%d %-6s achieved %.0f rec/s: p50 %v p99 %v p99.9 %v max %v; ack p50 %v p99 %v  load %s\n",
-							linger, r, sys, res.Achieved, pct(res.Latencies, 0.5), pct(res.Latencies, 0.99), pct(res.Latencies, 0.999),
+						fmt.Fprintf(os.Stderr, "latency rate=%.0f acks=%v linger=%v run=%d %-6s achieved %.0f rec/s: p50 %v p99 %v p99.9 %v max %v; ack p50 %v p99 %v  load %s\n",
+							lc.rate, lc.acks, lc.linger, r, sys, res.Achieved, pct(res.Latencies, 0.5), pct(res.Latencies, 0.99), pct(res.Latencies, 0.999),
 							res.Latencies[len(res.Latencies)-1], pct(res.Acks, 0.5), pct(res.Acks, 0.99), report.LoadAvg())
 					}
-					lat[li][j] = append(lat[li][j], res)
+					lat[ci][j] = append(lat[ci][j], res)
 				}
 			}
 		}
-		printLatency(out, cfg, n, lat)
+		printLatency(out, cfg, cells, lat)
 	}
 	fmt.Fprintf(out, "total time %v, load average %s\n", time.Since(start).Round(time.Second), report.LoadAvg())
 	return nil
@@ -240,7 +270,14 @@ func throughput(ctx context.Context, sys, dir string, c cell, records int) (res 
 	return res, nil
 }
 
-func latency(ctx context.Context, sys, dir string, n int, rate float64, linger time.Duration) (res kafkabench.LatencyResult, err error) {
+// latencyCell is one setting of the latency test.
+type latencyCell struct {
+	rate   float64
+	acks   kafkabench.Acks
+	linger time.Duration
+}
+
+func latency(ctx context.Context, sys, dir string, n int, lc latencyCell) (res kafkabench.LatencyResult, err error) {
 	syscall.Sync()
 	runtime.GC()
 	t, err := kafkabench.Start(sys, dir)
@@ -255,7 +292,7 @@ func latency(ctx context.Context, sys, dir string, n int, rate float64, linger t
 	if err := t.CreateTopic(ctx, "latency", 1); err != nil {
 		return res, err
 	}
-	return kafkabench.Latency(ctx, t, "latency", n, 100, rate, linger)
+	return kafkabench.Latency(ctx, t, "latency", n, 100, lc.rate, lc.linger, lc.acks)
 }
 
 func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
@@ -307,10 +344,10 @@ func printThroughput(out io.Writer, cfg config, cells []cell, rows [][]result) {
 	report.Table(out, cfg.markdown, header, lines)
 }
 
-func printLatency(out io.Writer, cfg config, n int, lat [][][]kafkabench.LatencyResult) {
-	fmt.Fprintf(out, "produce-to-consume latency: %d records of 100 B at %.0f records/s to one partition, median of %d runs\n",
-		n, cfg.latencyRate, cfg.runs)
-	header := []string{"linger", "system", "achieved rec/s", "p50", "p99", "p99.9", "max", "ack p50", "ack p99", "spool/kfake p50", "spool/kfake p99"}
+func printLatency(out io.Writer, cfg config, cells []latencyCell, lat [][][]kafkabench.LatencyResult) {
+	fmt.Fprintf(out, "produce-to-consume latency: 100 B records for %v at each rate to one partition, median of %d runs\n",
+		cfg.latencyDuration, cfg.runs)
+	header := []string{"rate", "acks", "linger", "system", "achieved rec/s", "p50", "p99", "p99.9", "max", "ack p50", "ack p99", "spool/kfake p50", "spool/kfake p99"}
 	type row struct{ p50, p99, p999, max, ackP50, ackP99 time.Duration }
 	sp, kf := slices.Index(cfg.systems, "spool"), slices.Index(cfg.systems, "kfake")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
@@ -321,16 +358,16 @@ func printLatency(out io.Writer, cfg config, n int, lat [][][]kafkabench.Latency
 		return func(r kafkabench.LatencyResult) time.Duration { return kafkabench.Percentile(r.Acks, p) }
 	}
 	var lines [][]string
-	for li, linger := range cfg.latencyLingers {
+	for ci, lc := range cells {
 		rows := make([]row, len(cfg.systems))
-		for j, rs := range lat[li] {
+		for j, rs := range lat[ci] {
 			rows[j] = row{median(rs, l(0.5)), median(rs, l(0.99)), median(rs, l(0.999)), median(rs, l(1)),
 				median(rs, a(0.5)), median(rs, a(0.99))}
 		}
 		for j, sys := range cfg.systems {
 			r := rows[j]
-			line := []string{linger.String(), sys,
-				fmt.Sprintf("%.0f", medianFloat(lat[li][j], func(r kafkabench.LatencyResult) float64 { return r.Achieved })),
+			line := []string{fmt.Sprintf("%.0f", lc.rate), lc.acks.String(), lc.linger.String(), sys,
+				fmt.Sprintf("%.0f", medianFloat(lat[ci][j], func(r kafkabench.LatencyResult) float64 { return r.Achieved })),
 				ms(r.p50), ms(r.p99), ms(r.p999), ms(r.max), ms(r.ackP50), ms(r.ackP99)}
 			if j == sp && kf >= 0 {
 				line = append(line, fmt.Sprintf("%.2fx", r.p50.Seconds()/rows[kf].p50.Seconds()),
