@@ -103,23 +103,30 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 	resp := body.ResponseKind().(*kmsg.FetchResponse)
 	resp.SetVersion(req.version)
 
-	// Fetch sessions (KIP-227): spool keeps none. A full fetch (epoch 0,
-	// which asks for a new session, or -1, which asks for none) is served
-	// sessionless with SessionID 0, after which clients send full fetches
-	// every time. An incremental fetch (epoch > 0) names a session that
-	// cannot exist.
-	if req.version >= 7 && body.SessionEpoch > 0 {
-		resp.ErrorCode = errFetchSessionIDNotFound
-		return encoded(resp), nil
-	}
-	unknown := c.fetchTopicNames(body, req.version)
 	if c.isReplicaFetch(body, req.version) {
+		// A follower keeps no fetch session: it fetches a partition at
+		// a time. An incremental fetch names a session that cannot exist.
+		if req.version >= 7 && body.SessionEpoch > 0 {
+			resp.ErrorCode = errFetchSessionIDNotFound
+			return encoded(resp), nil
+		}
+		unknown := c.fetchTopicNames(body, req.version)
 		if !c.canCluster(acl.OpClusterAction) {
 			setErrorCodes(reflect.ValueOf(resp), errClusterAuthorizationFailed)
 			return encoded(resp), nil
 		}
 		return c.serveReplicaFetch(req, body, unknown)
 	}
+	// Fetch sessions (KIP-227, fetch_session.go): an incremental fetch
+	// becomes a fetch of every partition of its session here, and its
+	// response is cut to the partitions with news at the end.
+	session, code := c.s.fetchSessions.begin(body, req.version, start)
+	if code != errNone {
+		resp.ErrorCode = code
+		return encoded(resp), nil
+	}
+	defer session.release()
+	unknown := c.fetchTopicNames(body, req.version)
 
 	parts := make([]fetchPart, 0, fetchPartitions(body))
 	for ti := range body.Topics {
@@ -228,6 +235,7 @@ func serveFetch(c *conn, req *request) (responseWriter, error) {
 	if req.version < 4 {
 		return encoded(resp), nil
 	}
+	parts = session.finish(resp, parts, time.Now())
 	fr, err := newFetchResponse(c, resp, parts)
 	if err != nil {
 		return nil, err

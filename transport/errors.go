@@ -80,6 +80,7 @@ const (
 	errInconsistentTopicID                int16 = 103
 	errTransactionalIDAuthorizationFailed int16 = 53
 	errFetchSessionIDNotFound             int16 = 70
+	errInvalidFetchSessionEpoch           int16 = 71
 	errUnsupportedCompressionType         int16 = 76
 	errNotEnoughReplicasAfterAppend       int16 = 20
 	errStaleBrokerEpoch                   int16 = 77

@@ -518,31 +518,6 @@ func TestFetchErrors(t *testing.T) {
 	require.Equal(t, int64(4), first)
 }
 
-// Fetch sessions: none are kept. A full fetch (epoch 0 or -1) is served
-// with SessionID 0; an incremental one gets FETCH_SESSION_ID_NOT_FOUND.
-func TestFetchSessions(t *testing.T) {
-	b, _, addr := testServer(t, fetchOpts, Options{})
-	const topic = "sessions"
-	fetchCreate(t, b, topic, 1)
-	fetchAppend(t, b, topic, 0, 2, 2, 10)
-	c := fetchDial(t, addr)
-	for _, tc := range []struct {
-		id, epoch int32
-		code      int16
-	}{{0, 0, 0}, {0, -1, 0}, {12, 0, 0}, {12, -1, 0}, {12, 3, errFetchSessionIDNotFound}, {0, 1, errFetchSessionIDNotFound}} {
-		req := fetchReq(0, 1, 1<<20, topic, map[int32]int64{0: 0}, 1<<20)
-		req.SessionID, req.SessionEpoch = tc.id, tc.epoch
-		resp := fetchDo[*kmsg.FetchResponse](t, c, 12, req)
-		require.Equal(t, tc.code, resp.ErrorCode, "%+v", tc)
-		require.Zero(t, resp.SessionID)
-		if tc.code == 0 {
-			require.NotEmpty(t, resp.Topics[0].Partitions[0].RecordBatches)
-		} else {
-			require.Empty(t, resp.Topics)
-		}
-	}
-}
-
 // CurrentLeaderEpoch (v9+, KIP-320): -1 skips the check, the partition's
 // epoch passes, a newer one is UNKNOWN_LEADER_EPOCH; an older one is
 // FENCED_LEADER_EPOCH (checked on a partition with epoch 3).

@@ -100,6 +100,13 @@ type Options struct {
 	// cannot take every MaxConnections slot. Default 500; negative: no
 	// bound.
 	MaxConnectionsPerIP int
+	// FetchSessionCacheSlots bounds the incremental fetch sessions
+	// (KIP-227) the server keeps for consumers at once
+	// (max.incremental.fetch.session.cache.slots). A consumer in a
+	// session sends and receives only the partitions that changed, where
+	// without one every Fetch names every partition it reads. Default
+	// 1000; negative: keep none (every Fetch is a full one).
+	FetchSessionCacheSlots int
 	// SASL, when set, requires clients to authenticate.
 	SASL *SASL
 	// TLS, when set, makes every client connection a TLS connection
@@ -216,10 +223,13 @@ type Server struct {
 	slots  chan struct{}
 	memory *requestMemory
 
-	metrics      serverMetrics // per-API request measures (metrics.go)
-	refused      atomic.Int64
-	readTimeouts atomic.Int64
-	tlsFailures  atomic.Int64
+	metrics serverMetrics // per-API request measures (metrics.go)
+	// fetchSessions are the consumers' incremental fetch sessions
+	// (KIP-227, fetch_session.go).
+	fetchSessions *fetchSessions
+	refused       atomic.Int64
+	readTimeouts  atomic.Int64
+	tlsFailures   atomic.Int64
 
 	principals principalMapper // SSLPrincipalMappingRules, parsed
 
@@ -260,6 +270,9 @@ func NewServer(b *spool.Broker, opts Options) (*Server, error) {
 	if opts.MaxConnectionsPerIP == 0 {
 		opts.MaxConnectionsPerIP = DefaultMaxConnectionsPerIP
 	}
+	if opts.FetchSessionCacheSlots == 0 {
+		opts.FetchSessionCacheSlots = DefaultFetchSessionCacheSlots
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -280,6 +293,7 @@ func NewServer(b *spool.Broker, opts Options) (*Server, error) {
 		done:   make(chan struct{}),
 		memory: newRequestMemory(opts.QueuedMaxRequestBytes),
 	}
+	s.fetchSessions = newFetchSessions(opts.FetchSessionCacheSlots)
 	if opts.MaxConnections > 0 {
 		s.slots = make(chan struct{}, opts.MaxConnections)
 	}
