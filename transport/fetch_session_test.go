@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"net"
 	"sort"
 	"sync"
 	"testing"
@@ -266,6 +267,57 @@ func TestFetchSessionManyPartitionsFranzGo(t *testing.T) {
 			if slots >= 0 {
 				require.Positive(t, s.fetchSessions.len())
 			}
+		})
+	}
+}
+
+// BenchmarkFetchIdleManyPartitions: one consumer's fetch of 1,000 caught-up
+// partitions, MaxWait 0 (nothing to wait for), as a full fetch every time
+// (no session) and as an incremental fetch in a session. It reports the
+// server's time per fetch (the round trip over loopback) and the bytes each
+// way: what an idle consumer of many partitions costs per poll.
+func BenchmarkFetchIdleManyPartitions(b *testing.B) {
+	const partitions = 1000
+	br, _, addr := testServer(b, fetchOpts, Options{})
+	const topic = "idle-many"
+	fetchCreate(b, br, topic, partitions)
+	offsets := map[int32]int64{}
+	for p := range int32(partitions) {
+		offsets[p] = 0
+	}
+	for _, mode := range []string{"full", "session"} {
+		b.Run(mode, func(b *testing.B) {
+			c, err := net.Dial("tcp", addr)
+			require.NoError(b, err)
+			defer c.Close()
+			req := fetchReq(0, 1, 1<<20, topic, offsets, 1<<20)
+			var sid int32
+			if mode == "session" {
+				req.SessionEpoch = 0
+				resp := fetchDo[*kmsg.FetchResponse](b, c, 12, req)
+				require.NotZero(b, resp.SessionID)
+				sid = resp.SessionID
+				req.Topics = nil
+			}
+			var reqBytes, respBytes int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if mode == "session" {
+					req.SessionID, req.SessionEpoch = sid, int32(i+1)
+				}
+				resp, raw, err := fetchRoundTrip(c, 12, req, 10*time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if code := resp.(*kmsg.FetchResponse).ErrorCode; code != 0 {
+					b.Fatalf("error %d", code)
+				}
+				respBytes += int64(len(raw))
+				reqBytes += int64(len(req.AppendTo(nil)))
+			}
+			b.ReportMetric(float64(reqBytes)/float64(b.N), "req-B/op")
+			b.ReportMetric(float64(respBytes)/float64(b.N), "resp-B/op")
 		})
 	}
 }
