@@ -57,6 +57,12 @@ type Broker struct {
 
 	metrics brokerMetrics // what Stats reads (stats.go)
 
+	// sched runs the background work of every log the broker opens (its
+	// partitions' flushes and checkpoints): one timer goroutine and a few
+	// workers however many partitions there are. Close stops it after
+	// the logs are closed.
+	sched *log.Scheduler
+
 	bgStop chan struct{}
 	bgDone chan struct{}
 }
@@ -134,7 +140,8 @@ func Open(dir string, opts Options) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spool: open %s: %w", dir, err)
 	}
-	b := &Broker{dir: dir, opts: opts, logger: opts.Logger, fs: opts.fs, lock: lk, bgStop: make(chan struct{}), bgDone: make(chan struct{})}
+	b := &Broker{dir: dir, opts: opts, logger: opts.Logger, fs: opts.fs, lock: lk, sched: log.NewScheduler(0),
+		bgStop: make(chan struct{}), bgDone: make(chan struct{})}
 	empty := map[string]*topic{}
 	b.topics.Store(&empty)
 	b.coord = group.NewCoordinator(group.Options{
@@ -158,6 +165,7 @@ func Open(dir string, opts Options) (*Broker, error) {
 	b.txc, err = b.newTxnCoordinator()
 	if err != nil {
 		b.coord.Close()
+		b.sched.Close()
 		lk.Close()
 		return nil, err
 	}
@@ -186,6 +194,7 @@ func Open(dir string, opts Options) (*Broker, error) {
 		b.coord.Close()
 		b.txc.Close()
 		b.closePartitions()
+		b.sched.Close()
 		lk.Close()
 		return nil, err
 	}
@@ -765,6 +774,7 @@ func (b *Broker) Close() error {
 	b.coord.Close()
 	b.txc.Close()
 	err := errors.Join(cerr, b.closePartitions())
+	b.sched.Close() // after the logs: each made its last flush itself
 	if lerr := b.lock.Close(); err == nil {
 		err = lerr
 	}
