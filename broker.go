@@ -240,6 +240,7 @@ func (b *Broker) load() error {
 		return err
 	}
 	topics := map[string]*topic{}
+	var slots []openSlot
 	for _, rt := range reg.Topics {
 		id, err := ParseTopicID(rt.ID)
 		if err != nil {
@@ -250,25 +251,39 @@ func (b *Broker) load() error {
 		parts := make([]*partition.Partition, max(rt.Partitions, 0))
 		t.parts.Store(&parts)
 		topics[t.name] = t
-		b.topics.Store(&topics) // so that a failed Open closes what it opened
 		for i := range parts {
-			p, err := b.openRegistered(t, int32(i))
-			if err != nil && t.internal {
-				return err
-			}
-			if err != nil {
-				if t.offline == nil {
-					t.offline = map[int32]error{}
-				}
-				t.offline[int32(i)] = err
-				b.logger.Error("partition offline: it could not be opened; serving the other partitions",
-					"topic", t.name, "partition", i, "err", err)
-				continue
-			}
-			parts[i] = p
+			slots = append(slots, openSlot{t: t, n: int32(i)})
 		}
 	}
-	b.topics.Store(&topics)
+	b.topics.Store(&topics) // so that a failed Open closes what it opened
+	b.openRegisteredAll(slots)
+	// In registry order, whatever order the opens finished in: the same
+	// partitions offline, logged in the same order, and the same error,
+	// as opening them one by one would give. Every partition opened is
+	// published first, so that a failed Open closes them all.
+	var failed error
+	for _, sl := range slots {
+		t := sl.t
+		if sl.err == nil {
+			t.partitions()[sl.n] = sl.p
+			continue
+		}
+		if t.internal {
+			if failed == nil {
+				failed = sl.err
+			}
+			continue
+		}
+		if t.offline == nil {
+			t.offline = map[int32]error{}
+		}
+		t.offline[sl.n] = sl.err
+		b.logger.Error("partition offline: it could not be opened; serving the other partitions",
+			"topic", t.name, "partition", sl.n, "err", sl.err)
+	}
+	if failed != nil {
+		return failed
+	}
 	return b.removeLeftovers(topics)
 }
 

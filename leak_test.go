@@ -3,6 +3,7 @@ package spool
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -186,3 +187,26 @@ func TestManyPartitionsStartNoGoroutineEach(t *testing.T) {
 	require.LessOrEqual(t, all-one, 8, "goroutines for 1 partition: %d, for %d: %d", one, many, all)
 }
 
+// A failed Open closes every partition it opened, concurrently as they
+// were, and stops their scheduler: nothing runs on, and nothing holds a
+// log's directory - the next Open opens them all.
+func TestFailedOpenLeavesNoGoroutines(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{OffsetsTopicPartitions: 8}
+	b := openBroker(t, dir, opts)
+	require.NoError(t, b.PrepareGroups(context.Background()))
+	require.NoError(t, b.Close())
+	meta := filepath.Join(dir, OffsetsTopic+"-5", partitionMetaFile)
+	good, err := os.ReadFile(meta)
+	require.NoError(t, err)
+	require.NoError(t, writePartitionMeta(filepath.Dir(meta), newTopicID()))
+
+	func() {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		_, err = Open(dir, opts)
+		require.ErrorContains(t, err, OffsetsTopic+"-5")
+	}()
+	require.NoError(t, os.WriteFile(meta, good, 0o644))
+	b = openBroker(t, dir, opts)
+	require.NoError(t, b.Close())
+}
