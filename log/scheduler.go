@@ -141,7 +141,7 @@ func (s *Scheduler) register(specs ...jobSpec) (*jobGroup, error) {
 // own locks.
 func (g *jobGroup) trigger(i int) {
 	if g == nil {
-		return // a roll while Open recovers, before the jobs start
+		return // not registered yet: Open has not finished (recovery does not roll today)
 	}
 	s := g.s
 	s.mu.Lock()
