@@ -57,6 +57,12 @@ type Broker struct {
 
 	metrics brokerMetrics // what Stats reads (stats.go)
 
+	// sched runs the background work of every log the broker opens (its
+	// partitions' flushes and checkpoints): one timer goroutine and a few
+	// workers however many partitions there are. Close stops it after
+	// the logs are closed.
+	sched *log.Scheduler
+
 	bgStop chan struct{}
 	bgDone chan struct{}
 }
@@ -134,7 +140,8 @@ func Open(dir string, opts Options) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spool: open %s: %w", dir, err)
 	}
-	b := &Broker{dir: dir, opts: opts, logger: opts.Logger, fs: opts.fs, lock: lk, bgStop: make(chan struct{}), bgDone: make(chan struct{})}
+	b := &Broker{dir: dir, opts: opts, logger: opts.Logger, fs: opts.fs, lock: lk, sched: log.NewScheduler(0),
+		bgStop: make(chan struct{}), bgDone: make(chan struct{})}
 	empty := map[string]*topic{}
 	b.topics.Store(&empty)
 	b.coord = group.NewCoordinator(group.Options{
@@ -158,6 +165,7 @@ func Open(dir string, opts Options) (*Broker, error) {
 	b.txc, err = b.newTxnCoordinator()
 	if err != nil {
 		b.coord.Close()
+		b.sched.Close()
 		lk.Close()
 		return nil, err
 	}
@@ -186,6 +194,7 @@ func Open(dir string, opts Options) (*Broker, error) {
 		b.coord.Close()
 		b.txc.Close()
 		b.closePartitions()
+		b.sched.Close()
 		lk.Close()
 		return nil, err
 	}
@@ -231,6 +240,7 @@ func (b *Broker) load() error {
 		return err
 	}
 	topics := map[string]*topic{}
+	var slots []openSlot
 	for _, rt := range reg.Topics {
 		id, err := ParseTopicID(rt.ID)
 		if err != nil {
@@ -241,25 +251,39 @@ func (b *Broker) load() error {
 		parts := make([]*partition.Partition, max(rt.Partitions, 0))
 		t.parts.Store(&parts)
 		topics[t.name] = t
-		b.topics.Store(&topics) // so that a failed Open closes what it opened
 		for i := range parts {
-			p, err := b.openRegistered(t, int32(i))
-			if err != nil && t.internal {
-				return err
-			}
-			if err != nil {
-				if t.offline == nil {
-					t.offline = map[int32]error{}
-				}
-				t.offline[int32(i)] = err
-				b.logger.Error("partition offline: it could not be opened; serving the other partitions",
-					"topic", t.name, "partition", i, "err", err)
-				continue
-			}
-			parts[i] = p
+			slots = append(slots, openSlot{t: t, n: int32(i)})
 		}
 	}
-	b.topics.Store(&topics)
+	b.topics.Store(&topics) // so that a failed Open closes what it opened
+	b.openRegisteredAll(slots)
+	// In registry order, whatever order the opens finished in: the same
+	// partitions offline, logged in the same order, and the same error,
+	// as opening them one by one would give. Every partition opened is
+	// published first, so that a failed Open closes them all.
+	var failed error
+	for _, sl := range slots {
+		t := sl.t
+		if sl.err == nil {
+			t.partitions()[sl.n] = sl.p
+			continue
+		}
+		if t.internal {
+			if failed == nil {
+				failed = sl.err
+			}
+			continue
+		}
+		if t.offline == nil {
+			t.offline = map[int32]error{}
+		}
+		t.offline[sl.n] = sl.err
+		b.logger.Error("partition offline: it could not be opened; serving the other partitions",
+			"topic", t.name, "partition", sl.n, "err", sl.err)
+	}
+	if failed != nil {
+		return failed
+	}
 	return b.removeLeftovers(topics)
 }
 
@@ -765,6 +789,7 @@ func (b *Broker) Close() error {
 	b.coord.Close()
 	b.txc.Close()
 	err := errors.Join(cerr, b.closePartitions())
+	b.sched.Close() // after the logs: each made its last flush itself
 	if lerr := b.lock.Close(); err == nil {
 		err = lerr
 	}

@@ -3,7 +3,9 @@ package spool
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,12 +20,6 @@ import (
 // started: goleak compares the goroutines after Close with those before
 // the object was opened (IgnoreCurrent), so goroutines of other tests or of
 // an object the test keeps open do not count.
-
-// brokerLogs ignores the logs of internal topics (__consumer_offsets,
-// __share_group_state) that the broker opens at a group's first use: the
-// broker owns them and joins them at its Close
-// (TestBrokerCloseLeavesNoGoroutines), the consumer does not.
-var brokerLogs = goleak.IgnoreTopFunction("github.com/spoolmq/spool/log.(*Log).background")
 
 func TestBrokerCloseLeavesNoGoroutines(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
@@ -77,7 +73,7 @@ func TestConsumerCloseLeavesNoGoroutines(t *testing.T) {
 		p.Produce(ctx, Record{Topic: "t", Value: []byte("v")}, nil)
 	}
 	require.NoError(t, p.Close())
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), brokerLogs)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
 	c, err := b.NewConsumer(ConsumerConfig{AutoOffsetReset: ResetEarliest, FetchMaxWait: 10 * time.Millisecond})
 	require.NoError(t, err)
@@ -108,7 +104,7 @@ func TestShareConsumerCloseLeavesNoGoroutines(t *testing.T) {
 	require.NoError(t, err)
 	p.Produce(ctx, Record{Topic: "jobs", Value: []byte("job")}, nil)
 	require.NoError(t, p.Close())
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(), brokerLogs)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
 	c, err := b.NewShareConsumer(ShareConsumerConfig{Group: "workers", Topics: []string{"jobs"}, FetchMaxWait: 10 * time.Millisecond})
 	require.NoError(t, err)
@@ -168,4 +164,49 @@ func TestProducerCloseJoinsASenderItGaveUpOn(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	require.False(t, p.topics["t"].accums[0].sending, "the sender ended before Close returned")
+}
+
+// A broker's partitions run no goroutine each: their logs' flushes and
+// checkpoints share the broker's scheduler. Opening 64 partitions starts
+// about as many goroutines as opening one.
+func TestManyPartitionsStartNoGoroutineEach(t *testing.T) {
+	const many = 64
+	grown := func(partitions int32) int {
+		dir := t.TempDir()
+		b := openBroker(t, dir, Options{})
+		require.NoError(t, b.CreateTopic(context.Background(), "t", TopicConfig{Partitions: partitions}))
+		require.NoError(t, b.Close())
+		before := runtime.NumGoroutine()
+		b = openBroker(t, dir, Options{})
+		defer b.Close()
+		return runtime.NumGoroutine() - before
+	}
+	one, all := grown(1), grown(many)
+	// The scheduler's workers come and go with the work; a goroutine per
+	// partition would be 63 more.
+	require.LessOrEqual(t, all-one, 8, "goroutines for 1 partition: %d, for %d: %d", one, many, all)
+}
+
+// A failed Open closes every partition it opened, concurrently as they
+// were, and stops their scheduler: nothing runs on, and nothing holds a
+// log's directory - the next Open opens them all.
+func TestFailedOpenLeavesNoGoroutines(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{OffsetsTopicPartitions: 8}
+	b := openBroker(t, dir, opts)
+	require.NoError(t, b.PrepareGroups(context.Background()))
+	require.NoError(t, b.Close())
+	meta := filepath.Join(dir, OffsetsTopic+"-5", partitionMetaFile)
+	good, err := os.ReadFile(meta)
+	require.NoError(t, err)
+	require.NoError(t, writePartitionMeta(filepath.Dir(meta), newTopicID()))
+
+	func() {
+		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+		_, err = Open(dir, opts)
+		require.ErrorContains(t, err, OffsetsTopic+"-5")
+	}()
+	require.NoError(t, os.WriteFile(meta, good, 0o644))
+	b = openBroker(t, dir, opts)
+	require.NoError(t, b.Close())
 }

@@ -439,6 +439,7 @@ func (b *Broker) logOptions(c TopicConfig) log.Options {
 		Logger:                 b.logger,
 		FS:                     b.opts.fs,
 		FlushTimes:             &b.metrics.flush,
+		Scheduler:              b.sched,
 	}
 }
 

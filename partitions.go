@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"sync"
 
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/partition"
@@ -169,6 +171,44 @@ func (b *Broker) creationFailed(what, topic string, from, to int32, err error) e
 	err = fmt.Errorf("%w: %s %q (partitions %d to %d): %w", ErrStorage, what, topic, from, to-1, err)
 	b.logger.Warn("creation failed; nothing was created", "topic", topic, "from_partition", from, "to_partition", to-1, "err", err)
 	return err
+}
+
+// openSlot is one registered partition for openRegisteredAll to open, and
+// what opening it gave.
+type openSlot struct {
+	t   *topic
+	n   int32
+	p   *partition.Partition
+	err error
+}
+
+// openWorkers bounds how many partitions Open opens at once. Opening one
+// is mostly waiting - directory reads, an fsync, preallocating the
+// active segment's indexes, a recovery scan after a crash - so a few per
+// CPU keep the disk busy, and the bound keeps a broker with thousands of
+// partitions from starting thousands of goroutines and opening thousands
+// of files at the same moment.
+func openWorkers() int { return min(32, 4*runtime.GOMAXPROCS(0)) }
+
+// openRegisteredAll opens the partitions of slots with openRegistered, up
+// to openWorkers at a time, and records in each slot what its open gave.
+// It returns once every open has finished; what to do with a failure is
+// the caller's, in slot order.
+func (b *Broker) openRegisteredAll(slots []openSlot) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(openWorkers(), len(slots)) {
+		wg.Go(func() {
+			for i := range next {
+				slots[i].p, slots[i].err = b.openRegistered(slots[i].t, slots[i].n)
+			}
+		})
+	}
+	for i := range slots {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // openRegistered opens partition n of t, which the registry records. A

@@ -548,3 +548,55 @@ func TestReopenOnNearlyFullDisk(t *testing.T) {
 		})
 	}
 }
+
+// Open opens the registered partitions concurrently, yet reports as if it
+// had opened them one by one in registry order: of several offsets
+// partitions that cannot be opened, the error names the first, every
+// time; of several offline partitions of a topic, the log names them in
+// order.
+func TestOpenReportsFailuresInRegistryOrder(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{OffsetsTopicPartitions: 8}
+	b := openBroker(t, dir, opts)
+	require.NoError(t, b.PrepareGroups(context.Background()))
+	require.NoError(t, b.CreateTopic(context.Background(), "o", TopicConfig{Partitions: 8}))
+	require.NoError(t, b.Close())
+
+	for _, n := range []int{6, 3, 1} {
+		require.NoError(t, writePartitionMeta(filepath.Join(dir, fmt.Sprint("o-", n)), newTopicID()))
+	}
+	for range 3 {
+		var logs logBuffer
+		opts.Logger = logs.logger()
+		b = openBroker(t, dir, opts)
+		var offline []string
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, "partition offline") {
+				i := strings.Index(line, "partition=")
+				offline = append(offline, strings.Fields(line[i:])[0])
+			}
+		}
+		require.Equal(t, []string{"partition=1", "partition=3", "partition=6"}, offline)
+		require.NoError(t, b.Close())
+	}
+
+	var saved [][]byte
+	for _, n := range []int{2, 4, 7} {
+		meta := filepath.Join(dir, fmt.Sprint(OffsetsTopic, "-", n), partitionMetaFile)
+		data, err := os.ReadFile(meta)
+		require.NoError(t, err)
+		saved = append(saved, data)
+		require.NoError(t, writePartitionMeta(filepath.Dir(meta), newTopicID()))
+	}
+	opts.Logger = nil
+	for range 3 {
+		_, err := Open(dir, opts)
+		require.ErrorContains(t, err, OffsetsTopic+"-2")
+		require.NotContains(t, err.Error(), OffsetsTopic+"-4")
+	}
+	for i, n := range []int{2, 4, 7} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprint(OffsetsTopic, "-", n), partitionMetaFile), saved[i], 0o644))
+	}
+	b = openBroker(t, dir, opts) // the failed Opens closed what they opened
+	require.NoError(t, b.Close())
+}

@@ -282,10 +282,7 @@ func (l *Log) roll() error {
 	segs := l.segments()
 	l.publish(append(segs[:len(segs):len(segs)], s))
 	l.active = s
-	select {
-	case l.rolled <- struct{}{}:
-	default:
-	}
+	l.jobs.trigger(jobCheckpoint) // record the recovery point soon, not here under mu
 	return nil
 }
 

@@ -1,49 +1,50 @@
 package log
 
 import (
-	"time"
-
 	"github.com/spoolmq/spool/segment"
 )
 
-// background is the log's own goroutine: it flushes on the Interval policy,
-// records the recovery point after rolls and on CheckpointInterval, and
-// applies retention. Close stops it.
-func (l *Log) background() {
-	defer close(l.bgDone)
-	var flush <-chan time.Time
+// jobCheckpoint is the index of the checkpoint among the jobs a log
+// registers (startJobs): a roll triggers it.
+const jobCheckpoint = 0
+
+// startJobs registers the log's background work with its scheduler: it
+// flushes on the Interval policy, records the recovery point on
+// CheckpointInterval and after rolls, and applies retention every
+// RetentionCheckInterval. The scheduler runs them one at a time, as one
+// goroutine of the log's own once did. Close unregisters them.
+func (l *Log) startJobs() error {
+	jobs := []jobSpec{jobCheckpoint: {period: l.opts.CheckpointInterval, run: func() { l.background(l.checkpoint()) }}}
 	if l.opts.Flush.kind == flushInterval {
-		t := time.NewTicker(l.opts.Flush.interval)
-		defer t.Stop()
-		flush = t.C
+		jobs = append(jobs, jobSpec{period: l.opts.Flush.interval, run: func() {
+			l.background(l.syncTo(l.next.Load(), l.truncs.Load()))
+		}})
 	}
-	cp := time.NewTicker(l.opts.CheckpointInterval)
-	defer cp.Stop()
-	var retention <-chan time.Time
 	if l.opts.RetentionCheckInterval > 0 {
-		t := time.NewTicker(l.opts.RetentionCheckInterval)
-		defer t.Stop()
-		retention = t.C
+		jobs = append(jobs, jobSpec{period: l.opts.RetentionCheckInterval, run: func() {
+			_, err := l.ApplyRetention()
+			l.background(err)
+		}})
 	}
-	for {
-		var err error
-		select {
-		case <-l.bgStop:
-			return
-		case <-flush:
-			err = l.syncTo(l.next.Load(), l.truncs.Load())
-		case <-l.rolled:
-			err = l.checkpoint()
-		case <-cp.C:
-			err = l.checkpoint()
-		case <-retention:
-			_, err = l.ApplyRetention()
-		}
-		if err != nil && l.failed() == nil && !l.closed.Load() {
-			l.logger.Warn("background work failed", "err", err)
-		}
+	g, err := l.opts.Scheduler.register(jobs...)
+	if err != nil {
+		return err
+	}
+	l.jobs = g
+	return nil
+}
+
+// background reports the error of a background job: nobody waits for it.
+// A failed or closed log already said why.
+func (l *Log) background(err error) {
+	if err != nil && l.failed() == nil && !l.closed.Load() {
+		l.logger.Warn("background work failed", "err", err)
 	}
 }
+
+// stopJobs unregisters the log's background work and waits for the job
+// running, if any: afterwards none runs. Called once, by whoever set closed.
+func (l *Log) stopJobs() { l.jobs.unregister() }
 
 // checkpoint makes everything written so far durable - the data and indexes
 // of every segment from the last recovery point on - and records the new

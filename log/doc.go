@@ -54,6 +54,14 @@
 // atomically with its own CRC when a segment rolls, every
 // CheckpointInterval, on Sync and on Close.
 //
+// A log runs no goroutine of its own. Its background work - the Interval
+// flush, the checkpoints, retention - is jobs it registers with a
+// Scheduler (Options.Scheduler; by default one the package shares), which
+// runs the jobs of all its logs on one timer goroutine and a few workers,
+// one job of a log at a time. A checkpoint of a log that has not changed
+// since the last one does nothing, so idle logs cost neither goroutines
+// nor I/O, however many are open.
+//
 // Opening a log that was closed cleanly checks nothing: the sealed segments'
 // indexes load on first use (two header reads confirm each) and the active
 // segment resumes from its last index entry. After a crash, Open checks

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/record"
@@ -58,4 +60,34 @@ func ExampleLog_NewReader() {
 	recs, _ := b.Records()
 	fmt.Println(recs[0].Offset, string(recs[0].Value))
 	// Output: 0 hello
+}
+
+// Many logs share one Scheduler: their interval flushes, checkpoints and
+// retention run on its timer goroutine and few workers, not on a goroutine
+// of each log. Close the logs, then the scheduler.
+func ExampleScheduler() {
+	root, _ := os.MkdirTemp("", "log-example-")
+	defer os.RemoveAll(root)
+
+	s := log.NewScheduler(0) // the default number of workers
+	defer s.Close()
+	var logs []*log.Log
+	for i := range 3 {
+		l, err := log.Open(filepath.Join(root, fmt.Sprint("p", i)), log.Options{
+			Flush:     log.Interval(10 * time.Millisecond), // fsynced by the scheduler
+			Scheduler: s,
+		})
+		if err != nil {
+			panic(err)
+		}
+		logs = append(logs, l)
+		l.Append(record.Record{Value: []byte("v")})
+	}
+	for _, l := range logs {
+		fmt.Println(l.EndOffset(), l.Close())
+	}
+	// Output:
+	// 1 <nil>
+	// 1 <nil>
+	// 1 <nil>
 }

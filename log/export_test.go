@@ -7,8 +7,7 @@ func (l *Log) abandon() {
 	if l.closed.Swap(true) {
 		return
 	}
-	close(l.bgStop)
-	<-l.bgDone
+	l.stopJobs()
 	l.notify.Broadcast()
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -96,9 +96,7 @@ type Log struct {
 	batchBuf sync.Pool // *[]byte, for Append's encoding
 	iters    sync.Pool // *record.Iterator, for AppendBatch's checks
 
-	bgStop chan struct{}
-	bgDone chan struct{}
-	rolled chan struct{} // a roll asks the background goroutine for a checkpoint
+	jobs *jobGroup // the log's background work (startJobs), in opts.Scheduler
 }
 
 // RecoveryInfo describes what Open had to do to the log.
@@ -149,9 +147,6 @@ func OpenWithInfo(dir string, opts Options) (*Log, RecoveryInfo, error) {
 		fs:     fsys,
 		lock:   lk,
 		logger: opts.Logger.With("log", dir),
-		bgStop: make(chan struct{}),
-		bgDone: make(chan struct{}),
-		rolled: make(chan struct{}, 1),
 	}
 	l.syncCond = sync.NewCond(&l.syncMu)
 	l.epoch.Store(-1)
@@ -161,12 +156,14 @@ func OpenWithInfo(dir string, opts Options) (*Log, RecoveryInfo, error) {
 	began := time.Now()
 	info, err := l.load()
 	info.Duration = time.Since(began)
+	if err == nil {
+		err = l.startJobs()
+	}
 	if err != nil {
 		l.closeSegments(false)
 		lk.Close()
 		return nil, info, err
 	}
-	go l.background()
 	return l, info, nil
 }
 
@@ -506,8 +503,7 @@ func (l *Log) Close() error {
 	if l.closed.Swap(true) {
 		return ErrClosed
 	}
-	close(l.bgStop)
-	<-l.bgDone
+	l.stopJobs()
 	l.notify.Broadcast()
 
 	defer l.lockState()()
@@ -545,8 +541,7 @@ func (l *Log) Crash(dropUnsynced bool) error {
 	if l.closed.Swap(true) {
 		return ErrClosed
 	}
-	close(l.bgStop)
-	<-l.bgDone
+	l.stopJobs()
 	l.notify.Broadcast()
 	unlock := l.lockState()
 	var err error

@@ -217,6 +217,11 @@ type Options struct {
 	// operating system's. Tests of the layers above inject faults through
 	// it (a full disk, a failing fsync); vfs is internal to this module.
 	FS vfs.FS
+	// Scheduler runs the log's background work: the Interval flush,
+	// checkpoints and retention. Many logs share one, so that each open
+	// log costs no goroutine. Default: one the package shares between the
+	// logs opened without one.
+	Scheduler *Scheduler
 
 	fs  vfs.FS           // FS or the default; this package's tests may set it directly
 	now func() time.Time // the clock; tests set it
@@ -303,6 +308,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.now == nil {
 		o.now = time.Now
+	}
+	if o.Scheduler == nil {
+		o.Scheduler = defaultScheduler
 	}
 	return o, nil
 }
