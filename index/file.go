@@ -245,11 +245,11 @@ func (ix *file) reserve(k int) error {
 
 // grow allocates disk blocks up to at least end bytes (whole entries, at
 // most the maximum): by one step past the current size, or to end if that
-// is further. The new entries read as zeros, so an untrimmed file is still
-// entries followed by zeros. On failure the file is cut back to the size it
-// had: a failed fallocate may have extended it part of the way (ext4 keeps
-// what it allocated before running out), and the size must stay what alloc
-// says.
+// is further. When the disk has no room for a step it takes just end, so
+// that a nearly full disk fails only the appends that truly do not fit,
+// and recovery, re-indexing data already on disk, needs no more than its
+// entries. The new entries read as zeros, so an untrimmed file is still
+// entries followed by zeros.
 //
 // A growth needs no fsync of its own: the file's size is metadata that the
 // next fsync of the index (sync) makes durable along with the entries
@@ -260,11 +260,27 @@ func (ix *file) grow(end int) error {
 	size := max(end, ix.alloc+step)
 	size -= size % ix.entrySize
 	size = min(size, ix.max*ix.entrySize)
-	if err := ix.f.Allocate(int64(ix.alloc), int64(size-ix.alloc)); err != nil {
-		_ = ix.f.Truncate(int64(ix.alloc))
+	err := ix.allocate(size)
+	if err != nil && size > end && errors.Is(err, vfs.ErrNoSpace) {
+		size = end
+		err = ix.allocate(size)
+	}
+	if err != nil {
 		return fmt.Errorf("index: grow %s from %d to %d bytes: %w", ix.path, ix.alloc, size, err)
 	}
 	ix.alloc = size
+	return nil
+}
+
+// allocate gives the file disk blocks up to size. On failure it cuts the
+// file back to the size it had: a failed fallocate may have extended it
+// part of the way (ext4 keeps what it allocated before running out), and
+// the file must stay entries and zeros up to alloc, nothing after.
+func (ix *file) allocate(size int) error {
+	if err := ix.f.Allocate(int64(ix.alloc), int64(size-ix.alloc)); err != nil {
+		_ = ix.f.Truncate(int64(ix.alloc))
+		return err
+	}
 	return nil
 }
 

@@ -409,6 +409,24 @@ func TestFullDiskOnGrow(t *testing.T) {
 	require.Equal(t, perStep+1, x.Len())
 	require.NoError(t, x.Close())
 
+	// A disk with room for less than a step: the growth takes just what
+	// the entry needs.
+	p2 := filepath.Join(dir, "i2")
+	x, err = OpenOffset(vfs.NewFaultFS(vfs.Default, func(op vfs.Op, path string, n int) (int, error) {
+		if st, err := os.Stat(path); op == vfs.OpAllocate && err == nil && int64(n)-st.Size() > 100 {
+			return 0, vfs.ErrNoSpace
+		}
+		return n, nil
+	}), p2, 0, 1<<20, true)
+	require.NoError(t, err)
+	for i := int64(1); i <= 3; i++ {
+		require.NoError(t, x.Append(i, i))
+		require.Equal(t, i*OffsetEntrySize, x.Allocated())
+	}
+	require.NoError(t, x.Reserve(2))
+	require.Equal(t, int64(5*OffsetEntrySize), x.Allocated())
+	require.NoError(t, x.CloseNoTrim())
+
 	// The time index the same.
 	tx, err := OpenTime(fsys, filepath.Join(dir, "t"), 0, 1<<20, true)
 	require.NoError(t, err)
