@@ -30,9 +30,9 @@ var (
 
 // Growth of a writable file: the first step, and the most one step adds.
 // Steps double from firstStep up to maxStep, then add maxStep at a time,
-// so an index holding e entries has O(log e + e/maxStep) allocations and
-// never more than max(firstStep, e*entrySize) bytes of unwritten blocks
-// (half its size, or one maxStep).
+// so an index of e entries took O(log e + e*entrySize/maxStep)
+// allocations and holds at most max(firstStep, min(e*entrySize, maxStep))
+// bytes of unwritten blocks: a first step, half the file, or one maxStep.
 const (
 	firstStep = 4 << 10
 	maxStep   = 1 << 20
@@ -199,6 +199,7 @@ func (ix *file) Untrimmed() bool { return ix.untrimmed }
 // Allocated is the size of the file in bytes: the disk space it holds.
 // For a writable index this is its entries plus the unwritten rest of its
 // last growth step; for a trimmed one, its entries.
+// While the index is writable only its writer may ask.
 func (ix *file) Allocated() int64 { return int64(ix.alloc) }
 
 func (ix *file) entry(i int) []byte {
