@@ -22,7 +22,7 @@ import (
 // registry, and only after that does it publish them. So:
 //
 //   - A failure before the registry write (a full disk while
-//     preallocating an index, say) leaves a registry that never named the
+//     allocating a new index, say) leaves a registry that never named the
 //     partitions; their directories are removed at once, and the topic was
 //     never visible.
 //   - A crash before the registry write leaves directories the registry

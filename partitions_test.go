@@ -111,9 +111,8 @@ func dirState(t *testing.T, dir string) (names []string, registry string) {
 
 // A topic that cannot be created for lack of space is not created at all,
 // wherever the creation fails: before any file (the staging directory's
-// metadata), while preallocating a partition's indexes (on the first
-// partition or the last), or at the registry write, after every partition
-// was made. The error is typed and logged, the registry and the directory
+// metadata), while allocating a partition's first index step, in the last
+// partition, or at the registry write, after every partition was made. The error is typed and logged, the registry and the directory
 // are as they were, and once there is space the same call succeeds without
 // a restart.
 func TestCreateTopicOnFullDisk(t *testing.T) {
@@ -123,8 +122,8 @@ func TestCreateTopicOnFullDisk(t *testing.T) {
 		only string
 	}{
 		{"no space at all", 0, ""},
-		{"no space for indexes", 64 << 10, ""},
-		{"no space for the last partition's indexes", 64 << 10, "t-2"},
+		{"no space for indexes", 0, segment.IndexSuffix},
+		{"no space for the last partition", 0, "t-2"},
 		{"no space for the registry", 0, registryFile + ".tmp"},
 	}
 	for _, tc := range cases {
@@ -189,7 +188,7 @@ func TestAutoCreateOnFullDisk(t *testing.T) {
 	b := openBroker(t, dir, Options{fs: d.fs(), DefaultPartitions: 2})
 	defer b.Close()
 	ctx := context.Background()
-	d.fill(64<<10, "")
+	d.fill(0, segment.IndexSuffix)
 	_, err := b.Produce(ctx, Record{Topic: "auto", Value: []byte("x")})
 	require.ErrorIs(t, err, ErrStorage)
 	require.ErrorIs(t, err, syscall.ENOSPC)
@@ -209,8 +208,8 @@ func TestAutoCreateOnFullDisk(t *testing.T) {
 // its partitions and data, none of the new ones is registered or left on
 // disk, and the same call succeeds once there is room.
 func TestCreatePartitionsOnFullDisk(t *testing.T) {
-	for _, only := range []string{"", "g-3", registryFile + ".tmp"} {
-		t.Run("faults in "+map[string]string{"": "everything"}[only]+only, func(t *testing.T) {
+	for _, only := range []string{segment.IndexSuffix, "g-3", registryFile + ".tmp"} {
+		t.Run("faults in "+only, func(t *testing.T) {
 			dir := t.TempDir()
 			d := newDisk()
 			var logs logBuffer
@@ -221,11 +220,7 @@ func TestCreatePartitionsOnFullDisk(t *testing.T) {
 			require.NoError(t, err)
 			names, reg := dirState(t, dir)
 
-			free := int64(64 << 10)
-			if only == registryFile+".tmp" {
-				free = 0
-			}
-			d.fill(free, only)
+			d.fill(0, only)
 			err = b.CreatePartitions(ctx, "g", 4)
 			require.ErrorIs(t, err, ErrStorage)
 			require.ErrorIs(t, err, syscall.ENOSPC)
@@ -496,12 +491,12 @@ func TestOffsetsPartitionThatCannotOpenRefusesOpen(t *testing.T) {
 	require.ErrorContains(t, err, OffsetsTopic+"-1")
 }
 
-// Reopening a broker on a disk with far less free space than one
-// partition's full index preallocation opens every partition: after a
-// clean close (which trimmed the indexes), and after the case of the
-// report - the disk filled, a segment roll failed to preallocate the next
-// segment (the full one sealed, its indexes trimmed), the process died.
-// Recovery takes only the space its data needs.
+// Reopening a broker on a disk with little free space opens every
+// partition: after a clean close (which trimmed the indexes), and after
+// the case of the report - the disk filled, a segment roll failed to
+// allocate the next segment's indexes (the full one sealed, its indexes
+// trimmed), the process died. Recovery takes only the space its data
+// needs.
 func TestReopenOnNearlyFullDisk(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		t.Run(map[bool]string{false: "clean close", true: "crash after a failed roll"}[crash], func(t *testing.T) {
@@ -519,7 +514,7 @@ func TestReopenOnNearlyFullDisk(t *testing.T) {
 				acked++
 			}
 			if crash {
-				d.fill(64<<10, "")
+				d.fill(0, segment.IndexSuffix) // appends go on; a roll cannot
 				for i := 600; ; i++ {
 					_, err := b.Produce(ctx, Record{Topic: "n", Key: []byte(fmt.Sprint(i)), Value: bytes.Repeat([]byte{'v'}, 50)})
 					if err != nil {

@@ -22,9 +22,10 @@ const (
 	votersEnv = "SPOOL_CLUSTER_VOTERS" // how many nodes are voters; default all
 )
 
-// diskBytes is each node's tmpfs in the fault runs: room for the
-// preallocated indexes (20 MiB per partition of the test topic, 0.5 MiB
-// per __consumer_offsets partition) and a long run's records.
+// diskBytes is each node's tmpfs in the fault runs: room for a long run's
+// records and their indexes (which grow with their entries; until issue 16
+// they were preallocated, 20 MiB per partition of the test topic and 0.5
+// MiB per __consumer_offsets partition, which this size was chosen for).
 const diskBytes = 256 << 20
 
 // The fault runs' topics: one at min.insync.replicas 2, one at Kafka's

@@ -10,8 +10,8 @@ import (
 )
 
 // An index's map is advised for random reads (VmFlags "rr" in smaps): a
-// fault reads its page only. Without it, opening an index a crash left at
-// its preallocated size zero-fills a readahead window of pages.
+// fault reads its page only. Without it, opening an index a crash left
+// untrimmed zero-fills a readahead window of its unwritten pages.
 func TestMapIsAdvisedRandom(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "00000000000000000000.index")
 	x, err := OpenOffset(nil, path, 0, 1<<20, true)

@@ -25,25 +25,42 @@
 // offset = the last offset of the batch that carried it. Timestamps strictly
 // increase; offsets never decrease.
 //
-// # Sparseness, preallocation and trimming
+// # Sparseness, growth and trimming
 //
 // The segment adds an entry only every IndexIntervalBytes of log (4 KiB by
 // default), so a lookup lands on a batch near the target and the log is
-// scanned forward from there. A writable index file is allocated to its
-// maximum size with real disk blocks (fallocate) before it is mapped: a full
-// disk then fails the allocation with an error rather than killing the
-// process with SIGBUS on a later write through the map. When a segment is
-// sealed or closed cleanly the file is trimmed to its entries. Maps are
-// advised for random access (MADV_RANDOM on Linux): lookups are binary
-// searches, and readahead into preallocated blocks would only zero-fill
-// pages nobody reads.
+// scanned forward from there.
+//
+// A writable index is mapped at its maximum size (IndexMaxBytes, 10 MiB by
+// default) - address space only - but its file holds disk blocks only for
+// the entries written so far and the rest of the step that made room for
+// them. The file grows by fallocate before an entry beyond it is written:
+// 4 KiB first, then doubling up to steps of 1 MiB, to at most the maximum.
+// A full disk thus fails the growth, and with it the append, with an error
+// (nothing written), instead of killing the process with SIGBUS on a write
+// through the map to a page with no block behind it. An open partition's
+// idle segment costs a step per index, not its maximum.
+//
+//	0                  n*size                file size          maximum
+//	+------------------+---------------------+- - - - - - - - - - - - +
+//	| e0 e1 ... e(n-1) | 0 0 0 0 ... 0 0 0 0 |  mapped, no file behind  |
+//	+------------------+---------------------+- - - - - - - - - - - - +
+//	   the entries       rest of the last       never touched
+//	                     growth step
+//
+// When a segment is sealed or closed cleanly the file is trimmed - cut to
+// its entries. Maps are advised for random access (MADV_RANDOM on Linux):
+// lookups are binary searches, and readahead would only read pages nobody
+// asked for.
 //
 // # Trust
 //
-// Indexes are hints. A file whose size is not a whole number of entries, or
-// whose entries are out of order, is reported as corrupt (ErrCorrupt) so the
-// segment can rebuild it from the log; a reader never trusts an entry without
-// checking the batch header it points at. An index left at full size by a
-// crash is read up to its last in-order entry (the zeros beyond it are never
-// in order).
+// Indexes are hints. Every size an index file has is whole entries, and its
+// contents are a run of in-order entries followed by nothing but zero bytes:
+// none after a trim, the unwritten rest of a growth step after a crash or
+// while the log is open (Untrimmed). A file that breaks that rule - a size
+// that is not whole entries, an entry out of order, a non-zero byte in the
+// zeros after the run (a flipped bit) - is reported as corrupt (ErrCorrupt)
+// so the segment can rebuild it from the log; and a reader never trusts an
+// entry without checking the batch header it points at.
 package index

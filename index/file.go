@@ -28,25 +28,42 @@ var (
 	ErrFault = errors.New("index: memory map fault")
 )
 
+// Growth of a writable file: the first step, and the most one step adds.
+// Steps double from firstStep up to maxStep, then add maxStep at a time,
+// so an index of e entries took O(log e + e*entrySize/maxStep)
+// allocations and holds at most max(firstStep, min(e*entrySize, maxStep))
+// bytes of unwritten blocks: a first step, half the file, or one maxStep.
+const (
+	firstStep = 4 << 10
+	maxStep   = 1 << 20
+)
+
 // file is a memory-mapped array of fixed-size entries. One goroutine writes
-// (appends, truncates); any number read concurrently: n is published with an
-// atomic store after the entry bytes are written.
+// (appends, truncates, grows); any number read concurrently: n is published
+// with an atomic store after the entry bytes are written.
+//
+// A writable file maps its whole maximum size (address space only) but
+// holds real disk blocks only for its first alloc bytes - its size on
+// disk, always whole entries. An entry is written only below alloc: the
+// file is grown (fallocate) first, so a full disk is an error from the
+// append and never a fault on a page past the end of the file.
 type file struct {
 	path      string
 	f         vfs.File
 	mm        mmap.MMap
 	entrySize int
 	max       int // entries the mapping can hold
+	alloc     int // bytes of the file with disk blocks (its size); the writer's
 	n         atomic.Int64
 	writable  atomic.Bool // false once trimmed; read by sync from other goroutines
-	untrimmed bool        // the file was at its full preallocated size when opened
+	untrimmed bool        // zero entries followed the entries when opened
 }
 
-// open maps the file at path. A writable file is allocated and mapped at
-// maxBytes (rounded down to whole entries); a read-only one is mapped at its
-// size. valid reports how many leading entries are in order; open reads that
-// many as the index, after checking the size is whole entries when the file
-// was trimmed.
+// open maps the file at path. A writable file is mapped at maxBytes
+// (rounded down to whole entries) but keeps its size: it grows as entries
+// are appended. A read-only one is mapped at its size. valid reports how
+// many leading entries are in order; open reads that many as the index
+// after checking that only zero entries follow them.
 func open(fsys vfs.FS, path string, entrySize, maxBytes int, writable bool, valid func(mm []byte, n int) int) (*file, error) {
 	if fsys == nil {
 		fsys = vfs.Default
@@ -75,12 +92,9 @@ func (ix *file) mapFile(maxBytes int, valid func([]byte, int) int) error {
 	}
 	size := st.Size()
 	maxBytes -= maxBytes % ix.entrySize
-	// A file at its full preallocated size was not trimmed (a crash, or a
-	// segment still being written): it is read up to its last in-order
-	// entry. A smaller file was trimmed and must be whole, ordered entries.
-	trimmed := size < int64(maxBytes)
-	ix.untrimmed = !trimmed
-	if trimmed && size%int64(ix.entrySize) != 0 {
+	// Every size the file has ever had is whole entries: trimmed to its
+	// entries, or grown by whole entries.
+	if size%int64(ix.entrySize) != 0 {
 		return fmt.Errorf("%w: %s: size %d is not a multiple of %d", ErrCorrupt, ix.path, size, ix.entrySize)
 	}
 	mapBytes := int(size)
@@ -91,18 +105,11 @@ func (ix *file) mapFile(maxBytes int, valid func([]byte, int) int) error {
 		if maxBytes < ix.entrySize {
 			return fmt.Errorf("index: %s: maximum size %d holds no entry", ix.path, maxBytes)
 		}
-		if err := ix.f.Allocate(0, int64(maxBytes)); err != nil {
-			// A failed fallocate may have extended the file part of the
-			// way (ext4 keeps what it allocated before running out).
-			// Cut it back, so that the entries still read as they did
-			// and a retry with a smaller maxBytes finds the same file.
-			if size < int64(maxBytes) {
-				_ = ix.f.Truncate(size)
-			}
-			return fmt.Errorf("index: allocate %s: %w", ix.path, err)
-		}
+		// Linux maps past the end of a file; only touching a page
+		// wholly past it faults. Entries are written below alloc only.
 		mapBytes = maxBytes
 	}
+	ix.alloc = int(size)
 	ix.max = mapBytes / ix.entrySize
 	if mapBytes > 0 {
 		prot := mmap.RDONLY
@@ -117,15 +124,51 @@ func (ix *file) mapFile(maxBytes int, valid func([]byte, int) int) error {
 		ix.mm = mm
 	}
 	n := int(size) / ix.entrySize
-	var got int
-	if err := ix.guard(func() { got = valid(ix.mm, n) }); err != nil {
+	var got, nonZero int
+	if err := ix.guard(func() { got, nonZero = entriesThenZeros(ix.mm[:size], ix.entrySize, n, valid) }); err != nil {
 		return err
 	}
-	if got != n && trimmed {
-		return fmt.Errorf("%w: %s: entry %d is out of order", ErrCorrupt, ix.path, got)
+	if nonZero >= 0 {
+		return fmt.Errorf("%w: %s: byte %d, after the %d in-order entries, is not zero", ErrCorrupt, ix.path, nonZero, got)
 	}
+	ix.untrimmed = got < n
 	ix.n.Store(int64(got))
 	return nil
+}
+
+// entriesThenZeros applies the rule that tells a file's entries from its
+// unwritten space: an index file is a run of in-order entries (valid says
+// how many lead the file) followed by nothing but zero bytes. A file cut
+// to its entries (trimmed) has no zeros after them; a file left by a crash,
+// or by a log still open, has the zeros of its last growth step. Anything
+// else after the run - a flipped bit, an entry out of order - is damage:
+// nonZero is the position of its first non-zero byte, or -1.
+//
+// The first offset index entry may be all zeros (relative offset 0 at
+// position 0) and still be in order. Followed by zeros it is unwritten
+// space, not an entry: a segment indexes a batch only after
+// IndexIntervalBytes of log, so never the first batch until it is sealed,
+// and sealing trims the file.
+func entriesThenZeros(mm []byte, entrySize, n int, valid func([]byte, int) int) (got, nonZero int) {
+	got = valid(mm, n)
+	for i, c := range mm[got*entrySize:] {
+		if c != 0 {
+			return got, got*entrySize + i
+		}
+	}
+	if got < n && got > 0 && allZero(mm[(got-1)*entrySize:got*entrySize]) {
+		got--
+	}
+	return got, -1
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // guard runs fn, turning a fault on the memory map (SIGBUS when the file was
@@ -148,16 +191,24 @@ func (ix *file) guard(fn func()) (err error) {
 
 func (ix *file) entries() int { return int(ix.n.Load()) }
 
-// Preallocated reports whether the file was at its full preallocated size
-// when opened - not trimmed: its segment was still being written, or was not
-// closed cleanly.
-func (ix *file) Preallocated() bool { return ix.untrimmed }
+// Untrimmed reports whether the file held unwritten (zero) entries after
+// its entries when opened: it was not cut to its entries, because its
+// segment was still being written or was not closed cleanly.
+func (ix *file) Untrimmed() bool { return ix.untrimmed }
+
+// Allocated is the size of the file in bytes: the disk space it holds.
+// For a writable index this is its entries plus the unwritten rest of its
+// last growth step; for a trimmed one, its entries.
+// While the index is writable only its writer may ask.
+func (ix *file) Allocated() int64 { return int64(ix.alloc) }
 
 func (ix *file) entry(i int) []byte {
 	return ix.mm[i*ix.entrySize : (i+1)*ix.entrySize]
 }
 
-// appendEntry writes an entry after the last one.
+// appendEntry writes an entry after the last one, growing the file first
+// if the entry lies past its allocated size. A failed growth writes
+// nothing.
 func (ix *file) appendEntry(put func([]byte)) error {
 	if !ix.writable.Load() {
 		return fmt.Errorf("%w: %s", ErrReadOnly, ix.path)
@@ -166,6 +217,11 @@ func (ix *file) appendEntry(put func([]byte)) error {
 	if n >= ix.max {
 		return fmt.Errorf("%w: %s has %d entries", ErrFull, ix.path, n)
 	}
+	if end := (n + 1) * ix.entrySize; end > ix.alloc {
+		if err := ix.grow(end); err != nil {
+			return err
+		}
+	}
 	if err := ix.guard(func() { put(ix.entry(n)) }); err != nil {
 		return err
 	}
@@ -173,10 +229,75 @@ func (ix *file) appendEntry(put func([]byte)) error {
 	return nil
 }
 
-// truncateEntries keeps the first n entries.
+// reserve makes sure the file has disk blocks for k more entries (or as
+// many as the index can still take), growing it if not: after a nil
+// return, the next k appends cannot fail for lack of space. It is how a
+// caller learns of a full disk before writing anything else.
+func (ix *file) reserve(k int) error {
+	if !ix.writable.Load() {
+		return fmt.Errorf("%w: %s", ErrReadOnly, ix.path)
+	}
+	end := min(ix.entries()+k, ix.max) * ix.entrySize
+	if end <= ix.alloc {
+		return nil
+	}
+	return ix.grow(end)
+}
+
+// grow allocates disk blocks up to at least end bytes (whole entries, at
+// most the maximum): by one step past the current size, or to end if that
+// is further. When the disk has no room for a step it takes just end, so
+// that a nearly full disk fails only the appends that truly do not fit,
+// and recovery, re-indexing data already on disk, needs no more than its
+// entries. The new entries read as zeros, so an untrimmed file is still
+// entries followed by zeros.
+//
+// A growth needs no fsync of its own: the file's size is metadata that the
+// next fsync of the index (sync) makes durable along with the entries
+// written into it, and until then a crash can only lose entries that were
+// not durable anyway - the log rebuilds those from its data.
+func (ix *file) grow(end int) error {
+	step := min(max(ix.alloc, firstStep), maxStep)
+	size := max(end, ix.alloc+step)
+	size -= size % ix.entrySize
+	size = min(size, ix.max*ix.entrySize)
+	err := ix.allocate(size)
+	if err != nil && size > end && errors.Is(err, vfs.ErrNoSpace) {
+		size = end
+		err = ix.allocate(size)
+	}
+	if err != nil {
+		return fmt.Errorf("index: grow %s from %d to %d bytes: %w", ix.path, ix.alloc, size, err)
+	}
+	ix.alloc = size
+	return nil
+}
+
+// allocate gives the file disk blocks up to size. On failure it cuts the
+// file back to the size it had: a failed fallocate may have extended it
+// part of the way (ext4 keeps what it allocated before running out), and
+// the file must stay entries and zeros up to alloc, nothing after.
+func (ix *file) allocate(size int) error {
+	if err := ix.f.Allocate(int64(ix.alloc), int64(size-ix.alloc)); err != nil {
+		_ = ix.f.Truncate(int64(ix.alloc))
+		return err
+	}
+	return nil
+}
+
+// truncateEntries keeps the first n entries, zeroing the others in the
+// file so that it stays entries followed by zeros (a crash before the next
+// sync may still leave the old entries on disk; they are in order, and
+// the log checks the last entry it keeps against its data).
 func (ix *file) truncateEntries(n int) {
-	if n < ix.entries() {
-		ix.n.Store(int64(max(n, 0)))
+	n = max(n, 0)
+	old := ix.entries()
+	if n >= old {
+		return
+	}
+	ix.n.Store(int64(n))
+	if ix.writable.Load() {
+		_ = ix.guard(func() { clear(ix.mm[n*ix.entrySize : old*ix.entrySize]) })
 	}
 }
 
@@ -203,10 +324,12 @@ func (ix *file) trim() error {
 	if !ix.writable.Load() {
 		return nil
 	}
-	if err := ix.f.Truncate(int64(ix.entries() * ix.entrySize)); err != nil {
+	size := ix.entries() * ix.entrySize
+	if err := ix.f.Truncate(int64(size)); err != nil {
 		return fmt.Errorf("index: trim %s: %w", ix.path, err)
 	}
 	ix.writable.Store(false)
+	ix.alloc = size
 	ix.max = ix.entries()
 	return nil
 }

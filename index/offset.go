@@ -27,9 +27,10 @@ type Offset struct {
 }
 
 // OpenOffset opens or creates the offset index at path for a segment whose
-// base offset is base. A writable index is allocated to maxBytes and may be
-// appended to; a read-only one is mapped as it is. A file that is not a
-// valid index gives an error wrapping ErrCorrupt.
+// base offset is base. A writable index may be appended to until it holds
+// maxBytes of entries; it is mapped at that size but its file grows in
+// steps as entries arrive (see Reserve). A read-only one is mapped as it
+// is. A file that is not a valid index gives an error wrapping ErrCorrupt.
 func OpenOffset(fsys vfs.FS, path string, base int64, maxBytes int, writable bool) (*Offset, error) {
 	f, err := open(fsys, path, OffsetEntrySize, maxBytes, writable, validOffsets)
 	if err != nil {
@@ -65,7 +66,9 @@ func (x *Offset) Len() int { return x.entries() }
 // Full reports whether another entry would not fit.
 func (x *Offset) Full() bool { return x.entries() >= x.max }
 
-// Cap is the number of entries the index can hold.
+// Cap is the number of entries the index can hold: maxBytes of them while
+// writable, its entries once trimmed. The file holds disk blocks for
+// fewer until it grows (Allocated).
 func (x *Offset) Cap() int { return x.max }
 
 // Append adds an entry. The offset and position must both be greater than
@@ -139,6 +142,12 @@ func (x *Offset) TruncateAt(offset, position int64) {
 	}
 	x.truncateEntries(n)
 }
+
+// Reserve makes sure the file has disk blocks for k more entries (or as
+// many as Cap still allows), growing it if not. A full disk is an error
+// here and nothing is written; after a nil return the next k appends
+// cannot fail for lack of space.
+func (x *Offset) Reserve(k int) error { return x.reserve(k) }
 
 // Reset removes every entry.
 func (x *Offset) Reset() { x.truncateEntries(0) }

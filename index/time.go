@@ -37,7 +37,7 @@ func OpenTime(fsys vfs.FS, path string, base int64, maxBytes int, writable bool)
 // validTimes counts the leading entries whose timestamps strictly increase
 // and whose offsets never decrease. A zero timestamp ends the run: entries
 // for records without timestamps are never written, and it is what an
-// unwritten, preallocated entry holds.
+// unwritten entry of a grown file holds.
 func validTimes(mm []byte, n int) int {
 	var prevTS, prevOff int64 = 0, -1
 	for i := 0; i < n; i++ {
@@ -60,7 +60,7 @@ func (x *Time) Len() int { return x.entries() }
 // Full reports whether another entry would not fit.
 func (x *Time) Full() bool { return x.entries() >= x.max }
 
-// Cap is the number of entries the index can hold.
+// Cap is the number of entries the index can hold; see Offset.Cap.
 func (x *Time) Cap() int { return x.max }
 
 // MaybeAppend adds an entry if timestamp is greater than the last entry's;
@@ -134,6 +134,12 @@ func (x *Time) TruncateAt(offset int64) {
 	}
 	x.truncateEntries(n)
 }
+
+// Reserve makes sure the file has disk blocks for k more entries (or as
+// many as Cap still allows), growing it if not. A full disk is an error
+// here and nothing is written; after a nil return the next k appends
+// cannot fail for lack of space.
+func (x *Time) Reserve(k int) error { return x.reserve(k) }
 
 // Reset removes every entry.
 func (x *Time) Reset() { x.truncateEntries(0) }

@@ -217,6 +217,12 @@ func (l *Log) write(b record.Batch, replica bool) (base, end, truncs int64, err 
 		return 0, 0, 0, err
 	}
 	seg := l.active
+	if err := seg.Reserve(); err != nil {
+		// The indexes could not grow (a full disk) and nothing was
+		// written: the log is as it was and stays writable, so an
+		// append once there is room succeeds without a reopen.
+		return 0, 0, 0, fmt.Errorf("log: %w", err)
+	}
 	if _, err := seg.Append(b); err != nil {
 		return 0, 0, 0, l.fail(err)
 	}

@@ -141,8 +141,9 @@ type Options struct {
 	// SegmentAge seals the active segment once its first batch is this old
 	// (segment.ms), checked on append. Default 7 days.
 	SegmentAge time.Duration
-	// IndexMaxBytes is the size each index file is preallocated to; a full
-	// index seals the segment (segment.index.bytes). Default 10 MiB.
+	// IndexMaxBytes is the most each index file may grow to; a full index
+	// seals the segment (segment.index.bytes). The files take disk space
+	// in steps as entries arrive, not all of it up front. Default 10 MiB.
 	IndexMaxBytes int
 	// IndexIntervalBytes is the bytes of log between index entries
 	// (index.interval.bytes). Default 4096.

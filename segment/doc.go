@@ -41,12 +41,15 @@
 // invalid batch; the log decides whether to truncate there (a torn tail
 // after a crash) or to refuse (damage in the middle of acknowledged data).
 //
-// Index files are preallocated to IndexMaxBytes with real blocks. A segment
-// being created gets that or fails (a full disk is an error). A segment
-// being reopened, recovered or re-indexed holds data already: when the disk
-// has no room for the full preallocation its indexes take only what that
-// data needs, so that recovery never needs much more free space than the
-// data already holds. Such a segment rolls once its smaller index fills.
+// Index files grow in steps as entries arrive, up to IndexMaxBytes (package
+// index). A segment being created gets the first step of each or fails (a
+// full disk is an error). Before each append the indexes are grown, if
+// need be, to hold what the append and a later seal may add: a full disk
+// fails the append there, before anything is written, and the segment
+// stays as it was. A segment being reopened, recovered or re-indexed
+// allocates nothing up front: its indexes take what its data needs as the
+// entries are rebuilt, so recovery never needs much more free space than
+// the data already holds.
 //
 // # Concurrency
 //

@@ -36,7 +36,7 @@ func (s *Segment) indexes() (*indexes, error) {
 // both). Files that are missing, malformed or disagree with the log are
 // rebuilt.
 func (s *Segment) loadSealed() (*indexes, error) {
-	ix, err := s.openIndexes(false, 0)
+	ix, err := s.openIndexes(false)
 	if err == nil {
 		if err = s.checkSealed(ix); err == nil {
 			return ix, nil
@@ -94,7 +94,7 @@ func (s *Segment) rebuildSealed() (*indexes, error) {
 			return nil, err
 		}
 	}
-	ix, err := s.openIndexesAt(offTmp, timTmp, true, s.size.Load())
+	ix, err := s.openIndexesAt(offTmp, timTmp, true)
 	if err != nil {
 		_ = s.opts.FS.Remove(offTmp)
 		_ = s.opts.FS.Remove(timTmp)

@@ -71,8 +71,9 @@ type Options struct {
 	// IndexIntervalBytes is how many bytes of log pass between index
 	// entries (index.interval.bytes). Default 4096.
 	IndexIntervalBytes int
-	// IndexMaxBytes is the size each index file is preallocated to
-	// (segment.index.bytes). Default 10 MiB.
+	// IndexMaxBytes is the most each index file may grow to
+	// (segment.index.bytes); a full index rolls the segment. The files
+	// grow in steps as entries arrive (package index). Default 10 MiB.
 	IndexMaxBytes int
 }
 
@@ -117,6 +118,19 @@ func ParseFileName(name string) (base int64, suffix string, ok bool) {
 type indexes struct {
 	off *index.Offset
 	tim *index.Time
+}
+
+// reserve makes sure both index files have disk blocks for the entries
+// the next append and a seal may add (one each; see Fits, which keeps two
+// free), growing them if not.
+func (ix *indexes) reserve() error {
+	if err := ix.off.Reserve(2); err != nil {
+		return fmt.Errorf("segment: %w", err)
+	}
+	if err := ix.tim.Reserve(2); err != nil {
+		return fmt.Errorf("segment: %w", err)
+	}
+	return nil
 }
 
 func (ix *indexes) close(trim bool) error {
@@ -177,9 +191,15 @@ func Create(dir string, base int64, opts Options) (*Segment, error) {
 	s.f = f
 	// Index files left by an earlier segment of the same base (one removed
 	// by truncation) would hold stale entries: start from empty files. A
-	// new segment gets its full preallocation or fails (a full disk):
-	// nothing is left of it then.
-	ix, err := s.recreateIndexes(noData)
+	// new segment gets the first growth step of each index or fails (a
+	// full disk): nothing is left of it then, and a roll on a full disk
+	// fails at the roll rather than at the first append after it.
+	ix, err := s.recreateIndexes()
+	if err == nil {
+		if err = ix.reserve(); err != nil {
+			_ = ix.close(false)
+		}
+	}
 	if err != nil {
 		f.Close()
 		_ = opts.FS.Remove(s.logPath)
@@ -225,7 +245,7 @@ func Open(dir string, base int64, opts Options, writable bool) (*Segment, error)
 	s.size.Store(st.Size())
 	s.committed.Store(st.Size())
 	if writable {
-		ix, err := s.openIndexes(true, st.Size())
+		ix, err := s.openIndexes(true)
 		if err != nil {
 			if !errors.Is(err, index.ErrCorrupt) {
 				f.Close()
@@ -233,7 +253,7 @@ func Open(dir string, base int64, opts Options, writable bool) (*Segment, error)
 			}
 			// Unusable index files: start them afresh; Recover or
 			// Resume refills them from the log.
-			if ix, err = s.recreateIndexes(st.Size()); err != nil {
+			if ix, err = s.recreateIndexes(); err != nil {
 				f.Close()
 				return nil, err
 			}
@@ -263,32 +283,20 @@ func (s *Segment) timeIndexPath() string {
 	return filepath.Join(s.dir, FileName(s.base, TimeIndexSuffix))
 }
 
-// noData is the log size openIndexes is given for a segment being
-// created: it has no data to index, and gets its full preallocation or an
-// error.
-const noData = -1
-
-// openIndexes opens both index files. logSize is the size of the .log file
-// whose batches writable indexes are to index (see openIndex), or
-// noData.
-func (s *Segment) openIndexes(writable bool, logSize int64) (*indexes, error) {
-	return s.openIndexesAt(s.indexPath(), s.timeIndexPath(), writable, logSize)
+// openIndexes opens both index files. Opening allocates nothing: a
+// writable index keeps the size its file has, and grows as entries are
+// appended (or reserved), so reopening and recovering a segment needs no
+// more free space than the entries its data calls for.
+func (s *Segment) openIndexes(writable bool) (*indexes, error) {
+	return s.openIndexesAt(s.indexPath(), s.timeIndexPath(), writable)
 }
 
-func (s *Segment) openIndexesAt(offPath, timPath string, writable bool, logSize int64) (*indexes, error) {
-	var off *index.Offset
-	err := s.openIndex(offPath, index.OffsetEntrySize, writable, logSize, func(maxBytes int) (err error) {
-		off, err = index.OpenOffset(s.opts.FS, offPath, s.base, maxBytes, writable)
-		return err
-	})
+func (s *Segment) openIndexesAt(offPath, timPath string, writable bool) (*indexes, error) {
+	off, err := index.OpenOffset(s.opts.FS, offPath, s.base, s.opts.IndexMaxBytes, writable)
 	if err != nil {
 		return nil, err
 	}
-	var tim *index.Time
-	err = s.openIndex(timPath, index.TimeEntrySize, writable, logSize, func(maxBytes int) (err error) {
-		tim, err = index.OpenTime(s.opts.FS, timPath, s.base, maxBytes, writable)
-		return err
-	})
+	tim, err := index.OpenTime(s.opts.FS, timPath, s.base, s.opts.IndexMaxBytes, writable)
 	if err != nil {
 		off.CloseNoTrim()
 		return nil, err
@@ -296,47 +304,14 @@ func (s *Segment) openIndexesAt(offPath, timPath string, writable bool, logSize 
 	return &indexes{off: off, tim: tim}, nil
 }
 
-// openIndex opens one index file through open, preallocated to
-// IndexMaxBytes. When the disk has no room for that and the index is for
-// existing data (logSize >= 0: a segment being reopened, recovered or
-// re-indexed), it is opened at the size indexing that data needs instead:
-// recovery must never need more free space than a little beyond what the
-// data it recovers already holds. The smaller index fills sooner, and a
-// full index rolls the segment; the roll preallocates the next segment in
-// full, and so fails while the disk is still full, as any write would.
-func (s *Segment) openIndex(path string, entrySize int, writable bool, logSize int64, open func(maxBytes int) error) error {
-	err := open(s.opts.IndexMaxBytes)
-	if err == nil || !writable || logSize < 0 || !errors.Is(err, vfs.ErrNoSpace) {
-		return err
-	}
-	return open(s.indexBytesFor(path, entrySize, logSize))
-}
-
-// indexBytesFor is the size of an index file (at path, entries of
-// entrySize bytes) that can index logSize bytes of log: the entries the
-// file already holds, which it keeps, plus one per IndexIntervalBytes of
-// log (track adds an entry only after more than IndexIntervalBytes, and
-// batches are at least a header long), plus the final entry Seal adds, plus
-// the two Fits keeps free. At most IndexMaxBytes.
-func (s *Segment) indexBytesFor(path string, entrySize int, logSize int64) int {
-	have := int64(0)
-	if st, err := s.opts.FS.Stat(path); err == nil {
-		have = (st.Size() + int64(entrySize) - 1) / int64(entrySize)
-	}
-	gap := int64(max(s.opts.IndexIntervalBytes+1, record.HeaderSize))
-	n := have + logSize/gap + 3
-	return int(min(n*int64(entrySize), int64(s.opts.IndexMaxBytes)))
-}
-
 // recreateIndexes replaces both index files with empty writable ones.
-// logSize is as for openIndexes.
-func (s *Segment) recreateIndexes(logSize int64) (*indexes, error) {
+func (s *Segment) recreateIndexes() (*indexes, error) {
 	for _, p := range []string{s.indexPath(), s.timeIndexPath()} {
 		if err := s.opts.FS.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
 	}
-	return s.openIndexes(true, logSize)
+	return s.openIndexes(true)
 }
 
 // Base is the segment's base offset.

@@ -544,3 +544,56 @@ func TestRecoverLargeBatch(t *testing.T) {
 	require.True(t, res.DataAfter)
 	require.NoError(t, s.Close(false))
 }
+
+// A full disk when an index must grow fails the append before anything is
+// written: the .log, the indexes and what readers see are as they were,
+// and the same batch appends once there is room. A new segment takes a
+// first growth step of each index, not its maximum.
+func TestFullDiskWhileGrowingIndex(t *testing.T) {
+	dir := t.TempDir()
+	var sw vfs.Switch
+	opts := Options{IndexIntervalBytes: 1, IndexMaxBytes: 1 << 20} // an entry per batch
+	opts.FS = vfs.NewFaultFS(vfs.Default, sw.Inject)
+	s, err := Create(dir, 0, opts)
+	require.NoError(t, err)
+	for _, suffix := range []string{IndexSuffix, TimeIndexSuffix} {
+		st, err := os.Stat(filepath.Join(dir, FileName(0, suffix)))
+		require.NoError(t, err)
+		require.LessOrEqual(t, st.Size(), int64(4<<10), suffix)
+		require.Greater(t, st.Size(), int64(0), suffix)
+	}
+	sw.FailAfter(vfs.OpAllocate, nil, 0, vfs.ErrNoSpace, -1)
+	var ws []written
+	off, ts := int64(0), int64(1_700_000_000_000)
+	for {
+		b := batchAt(t, off, 2, ts, 10)
+		require.NoError(t, s.Fits(b, 1<<30))
+		size := s.Size()
+		pos, err := s.Append(b)
+		if err != nil {
+			require.ErrorIs(t, err, vfs.ErrNoSpace)
+			require.Equal(t, size, s.Size())
+			st, serr := os.Stat(s.Path())
+			require.NoError(t, serr)
+			require.Equal(t, size, st.Size(), "nothing was written")
+			next, nerr := s.NextOffset()
+			require.NoError(t, nerr)
+			require.Equal(t, off, next)
+			break
+		}
+		require.Less(t, len(ws), 10_000, "the indexes never needed to grow")
+		ws = append(ws, written{h: Header{Position: pos, BaseOffset: off, LastOffset: b.LastOffset(), Size: b.Size(), MaxTimestamp: b.MaxTimestamp()}, b: append([]byte(nil), b.Bytes()...)})
+		s.Commit(s.Size())
+		off, ts = b.NextOffset(), ts+2
+	}
+	checkLookups(t, s, ws)
+	sw.Reset()
+	b := batchAt(t, off, 2, ts, 10)
+	pos, err := s.Append(b)
+	require.NoError(t, err)
+	ws = append(ws, written{h: Header{Position: pos, BaseOffset: off, LastOffset: b.LastOffset(), Size: b.Size(), MaxTimestamp: b.MaxTimestamp()}, b: append([]byte(nil), b.Bytes()...)})
+	s.Commit(s.Size())
+	checkLookups(t, s, ws)
+	require.NoError(t, s.Seal())
+	require.NoError(t, s.Close(true))
+}

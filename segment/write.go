@@ -36,13 +36,27 @@ func (s *Segment) Fits(b record.Batch, maxBytes int64) error {
 	return nil
 }
 
-// Append writes a batch, whose offsets the log has already stamped, at the
-// end of the .log file and indexes it. On a failed write it cuts the file
-// back so that it holds whole batches only; if even that fails, the error
-// says so and the segment must not be written again.
-func (s *Segment) Append(b record.Batch) (pos int64, err error) {
+// Reserve makes sure the indexes have disk blocks for what the next Append
+// and Seal may add to them, growing the index files if not. It fails on a
+// full disk having written nothing: the segment is as it was, and may be
+// appended to once there is room. Append reserves first itself; the log
+// calls Reserve beforehand to tell that error, which leaves it writable,
+// from a failed write.
+func (s *Segment) Reserve() error {
 	if s.sealed.Load() {
-		return 0, fmt.Errorf("segment: append to sealed segment %s", s.logPath)
+		return fmt.Errorf("segment: append to sealed segment %s", s.logPath)
+	}
+	return s.idx.Load().reserve()
+}
+
+// Append writes a batch, whose offsets the log has already stamped, at the
+// end of the .log file and indexes it. It reserves index space first (see
+// Reserve): when that fails nothing is written. On a failed write it cuts
+// the file back so that it holds whole batches only; if even that fails,
+// the error says so and the segment must not be written again.
+func (s *Segment) Append(b record.Batch) (pos int64, err error) {
+	if err := s.Reserve(); err != nil {
+		return 0, err
 	}
 	ix := s.idx.Load()
 	pos = s.size.Load()

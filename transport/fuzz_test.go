@@ -124,7 +124,7 @@ func fzDial(t testing.TB, addr string) net.Conn {
 }
 
 // fzBrokerOptions keep the fuzzed broker cheap and its waits short: no
-// fsync, no auto-created topics (each costs preallocated index files), one
+// fsync, no auto-created topics (each costs files and index maps), one
 // offsets partition, group sessions of at most 300 ms so that a member a
 // previous input left behind expires before it can hold a rebalance for
 // long.
@@ -600,9 +600,9 @@ func fzSeed(t testing.TB, key int16, topicID [16]byte) kmsg.Request {
 // on disk, so that one input costs milliseconds; changed says the request
 // must be re-encoded. skip marks a request the harness does not send: one
 // that creates more partitions than fzMaxNewPartitions. The server would
-// create them (each preallocates its index files: 20 MiB of disk), which a
-// fuzzer repeating it would turn into a full disk; that is a resource
-// policy, not a decoding question.
+// create them (each takes files, index maps and descriptors), which a
+// fuzzer repeating it would turn into an exhausted machine; that is a
+// resource policy, not a decoding question.
 func fzLimits(req kmsg.Request) (changed, skip bool) {
 	const fzMaxNewPartitions = 16
 	switch r := req.(type) {

@@ -45,7 +45,8 @@ func fillLeaving(t *testing.T, dir, ballast string, leave int64) {
 }
 
 // The report's reproduction, on a real full disk (a 48 MiB tmpfs): with
-// less free space than a partition's index preallocation, CreateTopics
+// less free space than a partition's files take (a page, where its two
+// indexes take one each at creation), CreateTopics
 // and auto-creation answer KAFKA_STORAGE_ERROR saying the disk is full,
 // and leave nothing; once space is freed, the same requests succeed on the
 // same running server, and a Kafka client produces to the new topic.
@@ -56,7 +57,7 @@ func TestCreateTopicsOnRealFullDisk(t *testing.T) {
 	require.NoError(t, os.WriteFile(ballast, nil, 0o644))
 	n := adminStart(t, dir, spool.Options{}, Options{})
 	cl := adminClient(t, n.addr)
-	fillLeaving(t, m, ballast, 8<<20) // two 10 MiB indexes do not fit
+	fillLeaving(t, m, ballast, 4<<10) // a page: a partition's files do not fit
 
 	resp := adminKgo[*kmsg.CreateTopicsResponse](t, cl, createTopicsReq("full", 1))
 	require.Equal(t, errKafkaStorageError, resp.Topics[0].ErrorCode)

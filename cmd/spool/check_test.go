@@ -483,7 +483,8 @@ func TestCheckMissingIndexesAreInfo(t *testing.T) {
 func TestCheckOpenLog(t *testing.T) {
 	// check takes no lock and writes nothing, so it can look at the
 	// directory of a log that is open - which is also what a crash
-	// leaves: indexes at their preallocated size, an unclean checkpoint.
+	// leaves: indexes untrimmed (zeros after the entries, to the end of
+	// their last growth step), an unclean checkpoint.
 	dir := t.TempDir()
 	l := openTestLog(t, dir)
 	defer l.Close()
@@ -613,13 +614,14 @@ func TestCheckAndDumpModifyNothing(t *testing.T) {
 
 // A process killed after it reopened a cleanly closed, empty partition
 // and before its first append leaves the clean-shutdown checkpoint, an
-// empty .log and preallocated, zero-filled indexes (seen in CI's produce
-// crash loop, round 0): the zero "first entry" is the preallocation, not
-// an entry, and check must not call the partition damaged.
+// empty .log and its indexes (seen in CI's produce crash loop, round 0,
+// when indexes were preallocated whole and zero-filled: a zero "first
+// entry" there is unwritten space, not an entry); check must not call the
+// partition damaged.
 func TestCheckCrashBeforeFirstAppend(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, openTestLog(t, dir).Close()) // created, closed cleanly
-	l := openTestLog(t, dir)                        // reopened: indexes preallocated
+	l := openTestLog(t, dir)                        // reopened
 	defer l.Close()
 	crashed := t.TempDir()
 	entries, err := os.ReadDir(dir)
@@ -633,4 +635,16 @@ func TestCheckCrashBeforeFirstAppend(t *testing.T) {
 	require.Equal(t, exitOK, code, out)
 	require.Empty(t, problemLines(out, "error"), out)
 	require.NotContains(t, out, "disagrees with the log", out)
+	// The same with the indexes zero-filled, as a new segment's first
+	// growth step (or an older version's whole preallocation) leaves them.
+	for _, e := range entries {
+		if size := map[string]int{segment.IndexSuffix: 4096, segment.TimeIndexSuffix: 4092}[filepath.Ext(e.Name())]; size > 0 {
+			require.NoError(t, os.WriteFile(filepath.Join(crashed, e.Name()), make([]byte, size), 0o644))
+		}
+	}
+	code, out, _ = runTool(t, "check", crashed)
+	require.Equal(t, exitOK, code, out)
+	require.Empty(t, problemLines(out, "error"), out)
+	require.NotContains(t, out, "disagrees with the log", out)
+	require.Contains(t, out, "not trimmed", out)
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -21,9 +19,10 @@ type indexFile struct {
 	Suffix  string // segment.IndexSuffix or segment.TimeIndexSuffix
 	Offsets []index.OffsetEntry
 	Times   []index.TimeEntry
-	// Untrimmed is set when the file is still at its preallocated size:
-	// in-order entries followed by zeros. That is how a log that is open,
-	// or was not closed cleanly, leaves its active segment's indexes.
+	// Untrimmed is set when zeros follow the in-order entries: the
+	// unwritten rest of the file's last growth step. That is how a log
+	// that is open, or was not closed cleanly, leaves its active
+	// segment's indexes (a closed segment's are cut to their entries).
 	Untrimmed bool
 	// FileSize is the file's size in bytes.
 	FileSize int64
@@ -37,13 +36,11 @@ func isTime(suffix string) bool { return suffix == segment.TimeIndexSuffix }
 
 // readIndex reads the offset index (suffix .index) or time index
 // (.timeindex) at path, for a segment whose base offset is base. It opens
-// the file read-only with package index, which rejects a trimmed file that
-// is not whole entries in order (index.ErrCorrupt) and reads one at the
-// default preallocated size up to its last in-order entry. An index
-// preallocated to another size (a log with a non-default IndexMaxBytes) looks
-// trimmed to package index, so readIndex recognises that case - in-order
-// entries, then nothing but zeros - and reads it itself. A missing file gives
-// an error wrapping os.ErrNotExist.
+// the file read-only with package index, which reads any index file -
+// trimmed, or untrimmed at whatever size its growth had reached - and
+// rejects one that is not whole entries in order followed only by zeros
+// (index.ErrCorrupt). A missing file gives an error wrapping
+// os.ErrNotExist.
 func readIndex(path string, base int64, suffix string) (*indexFile, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -57,13 +54,6 @@ func readIndex(path string, base int64, suffix string) (*indexFile, error) {
 		err = x.readTimes()
 	} else {
 		err = x.readOffsets()
-	}
-	if errors.Is(err, index.ErrCorrupt) {
-		if ok, uerr := x.readUntrimmed(); uerr != nil {
-			return nil, uerr
-		} else if ok {
-			return x, nil
-		}
 	}
 	if err != nil {
 		return nil, err
@@ -79,7 +69,7 @@ func (x *indexFile) readOffsets() error {
 		return err
 	}
 	defer ix.Close()
-	x.Untrimmed = ix.Preallocated()
+	x.Untrimmed = ix.Untrimmed()
 	x.Offsets = make([]index.OffsetEntry, 0, ix.Len())
 	for i := range ix.Len() {
 		e, err := ix.Entry(i)
@@ -98,7 +88,7 @@ func (x *indexFile) readTimes() error {
 		return err
 	}
 	defer ix.Close()
-	x.Untrimmed = ix.Preallocated()
+	x.Untrimmed = ix.Untrimmed()
 	x.Times = make([]index.TimeEntry, 0, ix.Len())
 	for i := range ix.Len() {
 		e, err := ix.Entry(i)
@@ -108,63 +98,6 @@ func (x *indexFile) readTimes() error {
 		x.Times = append(x.Times, e)
 	}
 	return nil
-}
-
-// readUntrimmed reads an index left at its preallocated size: whole
-// entries, in order (the rule package index applies), up to a point after
-// which every byte is zero. It reports false, reading nothing, for any
-// other file.
-func (x *indexFile) readUntrimmed() (bool, error) {
-	times := isTime(x.Suffix)
-	data, err := os.ReadFile(x.Path)
-	if err != nil {
-		return false, err
-	}
-	size := index.OffsetEntrySize
-	if times {
-		size = index.TimeEntrySize
-	}
-	if len(data)%size != 0 {
-		return false, nil
-	}
-	n := len(data) / size
-	var offs []index.OffsetEntry
-	var tes []index.TimeEntry
-	var prevA, prevB int64 = -1, -1
-	if times {
-		prevA = 0 // a zero timestamp ends a time index
-	}
-	i := 0
-	for ; i < n; i++ {
-		e := data[i*size:]
-		if times {
-			ts, off := int64(binary.BigEndian.Uint64(e)), int64(binary.BigEndian.Uint32(e[8:]))
-			if ts <= prevA || off < prevB {
-				break
-			}
-			prevA, prevB = ts, off
-			tes = append(tes, index.TimeEntry{Timestamp: ts, Offset: x.Base + off})
-		} else {
-			off, pos := int64(binary.BigEndian.Uint32(e)), int64(binary.BigEndian.Uint32(e[4:]))
-			if off <= prevA || pos <= prevB {
-				break
-			}
-			prevA, prevB = off, pos
-			offs = append(offs, index.OffsetEntry{Offset: x.Base + off, Position: pos})
-		}
-	}
-	// An all-zero offset entry is in order as the first entry; if zeros
-	// follow it, it is preallocated space, not an entry.
-	if !times && len(offs) == 1 && offs[0].Offset == x.Base && offs[0].Position == 0 {
-		offs, i = nil, 0
-	}
-	for _, c := range data[i*size:] {
-		if c != 0 {
-			return false, nil
-		}
-	}
-	x.Offsets, x.Times, x.Untrimmed = offs, tes, true
-	return true, nil
 }
 
 // indexChecker checks a segment's offset and time index entries against
@@ -250,11 +183,6 @@ func (c *indexChecker) finish(validEnd, nextOffset int64, complete bool) {
 		for ; c.nextOff < len(c.off.Offsets); c.nextOff++ {
 			e := c.off.Offsets[c.nextOff]
 			switch {
-			case c.nextOff == 0 && e.Position == 0 && e.Offset == c.off.Base && validEnd == 0 && complete && c.off.Untrimmed:
-				// A zero first entry in an empty segment's preallocated
-				// index is the preallocation, not an entry: a process
-				// killed before its first append leaves exactly that.
-				v.UncheckedFrom = min(v.UncheckedFrom, len(c.off.Offsets))
 			case e.Position < validEnd:
 				v.Problems[c.nextOff] = fmt.Sprintf("position %d is inside a batch, not at its start", e.Position)
 			case !complete:
