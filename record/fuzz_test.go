@@ -82,4 +82,26 @@ func decodeAll(t *testing.T, data []byte) {
 	if m != n {
 		t.Fatalf("second pass decoded %d records, first %d", m, n)
 	}
+	nextErr := it.Err()
+	// Skip, the walk that checks without decoding, passes exactly the
+	// records Next does, with the same offset deltas, and fails where
+	// Next fails.
+	var deltas []int64
+	it.Reset(b)
+	for it.Next() {
+		deltas = append(deltas, it.Record().Offset-b.BaseOffset())
+	}
+	var skipped []int64
+	it.Reset(b)
+	for it.Skip() {
+		skipped = append(skipped, int64(it.LastOffsetDelta()))
+	}
+	if len(skipped) != len(deltas) || (it.Err() == nil) != (nextErr == nil) {
+		t.Fatalf("Skip passed %d records (err %v), Next %d (err %v)", len(skipped), it.Err(), len(deltas), nextErr)
+	}
+	for i := range deltas {
+		if deltas[i] != skipped[i] {
+			t.Fatalf("record %d: Skip saw offset delta %d, Next %d", i, skipped[i], deltas[i])
+		}
+	}
 }

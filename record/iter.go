@@ -81,7 +81,7 @@ func (it *Iterator) Next() bool {
 		}
 		return false
 	}
-	if err := it.decode(); err != nil {
+	if err := it.decode(true); err != nil {
 		it.err = fmt.Errorf("%w: record %d of batch at offset %d: %v", ErrCorrupt, it.index, it.batch.BaseOffset(), err)
 		return false
 	}
@@ -90,6 +90,31 @@ func (it *Iterator) Next() bool {
 	return true
 }
 
+// Skip checks the next record as Next does - every field's framing, the
+// offset delta's order, nothing left over - without decoding it: Record is
+// not set. It is the cheaper walk of a caller that validates a batch and
+// does not read its records. It returns false at the end of the batch or
+// on an error (see Err).
+func (it *Iterator) Skip() bool {
+	if it.err != nil {
+		return false
+	}
+	if it.left == 0 {
+		return it.Next() // the end: the same checks
+	}
+	if err := it.decode(false); err != nil {
+		it.err = fmt.Errorf("%w: record %d of batch at offset %d: %v", ErrCorrupt, it.index, it.batch.BaseOffset(), err)
+		return false
+	}
+	it.left--
+	it.index++
+	return true
+}
+
+// LastOffsetDelta is the offset delta of the record Next or Skip last
+// passed (-1 before the first).
+func (it *Iterator) LastOffsetDelta() int32 { return it.lastDelta }
+
 // Record returns the record Next decoded. It and the memory it points to are
 // valid until the next call to Next or Reset.
 func (it *Iterator) Record() *Record { return &it.rec }
@@ -97,8 +122,9 @@ func (it *Iterator) Record() *Record { return &it.rec }
 // Err returns the error that ended the iteration, or nil.
 func (it *Iterator) Err() error { return it.err }
 
-// decode parses one record from it.data.
-func (it *Iterator) decode() error {
+// decode parses one record from it.data: into it.rec if materialize is
+// set, only checking its framing if not.
+func (it *Iterator) decode(materialize bool) error {
 	d := it.data
 	length, n, err := readVarint(d, 5)
 	if err != nil {
@@ -160,10 +186,17 @@ func (it *Iterator) decode() error {
 		if err != nil {
 			return err
 		}
-		it.headers = append(it.headers, Header{Key: string(hk), Value: hv})
+		if materialize {
+			it.headers = append(it.headers, Header{Key: string(hk), Value: hv})
+		}
 	}
 	if len(body) != 0 {
 		return fmt.Errorf("%d unread bytes in record", len(body))
+	}
+	if !materialize {
+		it.lastDelta = int32(offDelta)
+		it.data = rest
+		return nil
 	}
 
 	first := it.batch.FirstTimestamp()

@@ -281,7 +281,10 @@ func parseProduceBatch(version int16, recs []byte) (record.Batch, int16, string)
 	} else if size > 0 {
 		return record.Batch{}, errInvalidRecord, "more than one record batch in a partition"
 	}
-	if b.ComputeCRC() != b.CRC() {
+	// Checked once, here: the batch carries the check to the log, whose
+	// validation then skips the CRC (record.Batch.CheckCRC).
+	b, err = b.CheckCRC()
+	if err != nil {
 		return record.Batch{}, errCorruptMessage, "record batch CRC mismatch"
 	}
 	switch {

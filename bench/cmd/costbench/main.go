@@ -67,6 +67,12 @@ func main() {
 		return
 	}
 	sys := strings.Split(systems, ",")
+	if profDir != "" {
+		if err := os.MkdirAll(profDir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "costbench:", err)
+			os.Exit(1)
+		}
+	}
 	if err := run(sys, runs, records, size, int32(parts), profDir, markdown); err != nil {
 		fmt.Fprintln(os.Stderr, "costbench:", err)
 		os.Exit(1)
