@@ -210,7 +210,13 @@ type Producer struct {
 	pending  int           // records accepted and not yet completed
 	idle     chan struct{} // closed when pending reaches 0, if someone waits
 	closed   bool
-	builders []*record.Builder // free builders
+	// free holds completed batches for reuse, with their builders and
+	// slices: with many partitions each batch holds few records, and
+	// allocating a batch and growing its buffers again for each would
+	// cost as much as encoding its records. freeBytes is the memory they
+	// retain, at most BufferBytes/4.
+	free      []*batch
+	freeBytes int
 
 	lingerArmed bool // the linger loop has a deadline to wait for; guarded by mu
 
@@ -468,7 +474,7 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 	bt := a.open
 	if err := bt.bld.Add(&r); err != nil {
 		if bt.bld.Len() == 0 {
-			p.putBuilder(bt.bld)
+			p.putBatch(bt)
 			a.open = nil
 		}
 		p.release(size)
@@ -572,21 +578,38 @@ func (p *Producer) release(size int) {
 	}
 }
 
+// newBatch returns an empty batch, reusing a free one if there is one.
+// Called with mu held.
 func (p *Producer) newBatch(codec record.Codec) *batch {
-	var bld *record.Builder
-	if n := len(p.builders); n > 0 {
-		bld, p.builders = p.builders[n-1], p.builders[:n-1]
+	var bt *batch
+	if n := len(p.free); n > 0 {
+		bt = p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		p.freeBytes -= bt.retained()
 	} else {
-		bld = new(record.Builder)
+		bt = &batch{bld: new(record.Builder)}
 	}
-	bld.Reset(record.BatchOptions{Compression: codec})
-	return &batch{bld: bld, created: time.Now()}
+	bt.bld.Reset(record.BatchOptions{Compression: codec})
+	bt.created = time.Now()
+	return bt
 }
 
-func (p *Producer) putBuilder(bld *record.Builder) {
-	if len(p.builders) < 64 {
-		p.builders = append(p.builders, bld)
+// putBatch keeps a batch that is done with for reuse, unless the free
+// batches already retain BufferBytes/4. Called with mu held.
+func (p *Producer) putBatch(bt *batch) {
+	clear(bt.cbs) // let the callbacks go
+	bt.cbs, bt.ts = bt.cbs[:0], bt.ts[:0]
+	bt.reserved, bt.size, bt.stamped = 0, 0, false
+	if r := bt.retained(); p.freeBytes+r <= p.cfg.BufferBytes/4 {
+		p.free = append(p.free, bt)
+		p.freeBytes += r
 	}
+}
+
+// retained is the memory a batch holds for reuse.
+func (bt *batch) retained() int {
+	return bt.bld.Retained() + 8*cap(bt.cbs) + 8*cap(bt.ts)
 }
 
 // seal closes partition n's open batch and queues it for writing. Called
@@ -670,7 +693,7 @@ type sendResult struct {
 }
 
 // complete reports a batch's records to their callbacks, in order, and
-// gives back its buffer space and builder.
+// gives back its buffer space; the batch is reused afterwards.
 func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
 
 	if err != nil && bt.stamped {
@@ -700,7 +723,7 @@ func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
 		close(p.idle)
 		p.idle = nil
 	}
-	p.putBuilder(bt.bld)
+	p.putBatch(bt)
 	p.mu.Unlock()
 }
 
