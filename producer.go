@@ -203,13 +203,13 @@ type Producer struct {
 	b   *Broker
 	cfg ProducerConfig
 
-	mu       sync.Mutex
-	topics   map[string]*producerTopic
-	used     int           // buffer bytes reserved by undelivered records
-	space    chan struct{} // closed when buffer space is freed, if someone waits
-	pending  int           // records accepted and not yet completed
-	idle     chan struct{} // closed when pending reaches 0, if someone waits
-	closed   bool
+	mu      sync.Mutex
+	topics  map[string]*producerTopic
+	used    int           // buffer bytes reserved by undelivered records
+	space   chan struct{} // closed when buffer space is freed, if someone waits
+	pending int           // records accepted and not yet completed
+	idle    chan struct{} // closed when pending reaches 0, if someone waits
+	closed  bool
 	// free holds completed batches for reuse, with their builders and
 	// slices: with many partitions each batch holds few records, and
 	// allocating a batch and growing its buffers again for each would
