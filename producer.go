@@ -236,11 +236,12 @@ type Producer struct {
 
 	lingerArmed bool // the linger loop has a deadline to wait for; guarded by mu
 
-	// Sealed batches of the broker's own partitions are written by a pool
-	// of at most maxSenders goroutines, started as work needs them, which
-	// take partitions in turn from ready: a partition is in ready when it
-	// has sealed batches and no sender has it (its sending flag is then
-	// set), so one sender at a time writes a partition, in order. A
+	// Batches of the broker's own partitions are written by a pool of at
+	// most maxSenders goroutines, started as work needs them, which take
+	// partitions in turn from ready: a partition is in ready when it has
+	// sealed batches, or an open one that has waited out Linger, and no
+	// sender has it (its sending flag is set while it is in ready or with
+	// a sender), so one sender at a time writes a partition, in order. A
 	// replicated partition has a sender goroutine of its own while it has
 	// batches (sendReplicated): its writes wait for other brokers. All
 	// guarded by mu.
@@ -703,15 +704,45 @@ func (p *Producer) seal(a *accum) {
 		a.sending = true
 		p.goroutines.Go(func() { p.sendReplicated(a) })
 	default:
-		a.sending = true
-		p.ready = append(p.ready, a)
-		if p.idleSenders > 0 {
-			p.senderWake.Signal()
-		} else if p.senders < maxSenders {
-			p.senders++
-			p.goroutines.Go(p.sendLoop)
-		}
+		p.makeReady(a)
 	}
+}
+
+// makeReady queues a, which has batches to write and no sender, for the
+// pool's senders, starting one if none waits. Called with mu held.
+func (p *Producer) makeReady(a *accum) {
+	a.sending = true
+	p.ready = append(p.ready, a)
+	if p.idleSenders > 0 {
+		p.senderWake.Signal()
+	} else if p.senders < maxSenders {
+		p.senders++
+		p.goroutines.Go(p.sendLoop)
+	}
+}
+
+// lingered reports whether a's open batch has waited out Linger at now.
+// Called with mu held.
+func (p *Producer) lingered(a *accum, now time.Time) bool {
+	return a.open != nil && !now.Before(a.open.created.Add(p.cfg.Linger))
+}
+
+// due is the linger loop's word that a's open batch has waited out
+// Linger. A replicated partition's batch is sealed then. One of the
+// broker's own partitions is queued for a sender with the batch still
+// open, as Kafka's accumulator does: records produced before a sender
+// takes it still join it. When the senders fall behind - many
+// partitions, each with few records per Linger - batches grow instead
+// of queueing up in ever more writes of a few records each. Called with
+// mu held.
+func (p *Producer) due(a *accum) {
+	switch {
+	case a.part == nil:
+		p.seal(a)
+	case !a.sending:
+		p.makeReady(a)
+	}
+	// Otherwise a sender has a, and looks at the open batch when done.
 }
 
 // maxSenders bounds the pool of goroutines writing the broker's own
@@ -748,8 +779,14 @@ func (p *Producer) sendLoop() {
 		if p.readyOff += n; p.readyOff == len(p.ready) {
 			p.ready, p.readyOff = p.ready[:0], 0
 		}
+		now := time.Now()
 		for _, a := range work {
 			a.taken, a.queue = a.queue, a.taken[:0]
+			if p.lingered(a, now) {
+				a.taken = append(a.taken, a.open)
+				a.open = nil
+				a.pt.tp.OnNewBatch(a.id)
+			}
 		}
 		p.mu.Unlock()
 
@@ -759,10 +796,11 @@ func (p *Producer) sendLoop() {
 
 		p.mu.Lock()
 		p.settleDone(&done)
+		now = time.Now() // after the linger loop's look at a, if it was then
 		for _, a := range work {
 			clear(a.taken)
 			a.taken = a.taken[:0]
-			if len(a.queue) > 0 {
+			if len(a.queue) > 0 || p.lingered(a, now) {
 				p.ready = append(p.ready, a) // behind the others: take turns
 			} else {
 				a.sending = false
@@ -957,8 +995,8 @@ func (p *Producer) lingerLoop() {
 	}
 }
 
-// sealDue seals every open batch whose deadline is at or before now and
-// returns the earliest deadline left (zero: none).
+// sealDue hands every open batch whose deadline is at or before now to be
+// written (see due) and returns the earliest deadline left (zero: none).
 func (p *Producer) sealDue(now time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -970,7 +1008,7 @@ func (p *Producer) sealDue(now time.Time) time.Time {
 				next = e.deadline
 				break
 			}
-			p.seal(e.a)
+			p.due(e.a)
 		}
 		*e = lingerEntry{}
 	}
