@@ -776,8 +776,14 @@ func (p *Producer) sendLoop() {
 		n := min(sendChunk, len(p.ready)-p.readyOff)
 		work = append(work[:0], p.ready[p.readyOff:p.readyOff+n]...)
 		clear(p.ready[p.readyOff : p.readyOff+n])
-		if p.readyOff += n; p.readyOff == len(p.ready) {
+		p.readyOff += n
+		if p.readyOff == len(p.ready) {
 			p.ready, p.readyOff = p.ready[:0], 0
+		} else if p.readyOff >= 1024 && p.readyOff >= len(p.ready)/2 {
+			// Never empty under load: reuse the front.
+			k := copy(p.ready, p.ready[p.readyOff:])
+			clear(p.ready[k:])
+			p.ready, p.readyOff = p.ready[:k], 0
 		}
 		now := time.Now()
 		for _, a := range work {
