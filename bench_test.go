@@ -379,6 +379,9 @@ func produceRoundRobin(b *testing.B, br *Broker, ctx context.Context, parts int3
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
 	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/record")
+	if st := p.Stats(); st.Batches > 0 {
+		b.ReportMetric(float64(st.Records)/float64(st.Batches), "records/batch")
+	}
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d records failed", n)
 	}
