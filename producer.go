@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spoolmq/spool/log"
@@ -203,23 +205,61 @@ type Producer struct {
 	b   *Broker
 	cfg ProducerConfig
 
-	mu       sync.Mutex
-	topics   map[string]*producerTopic
-	used     int           // buffer bytes reserved by undelivered records
-	space    chan struct{} // closed when buffer space is freed, if someone waits
-	pending  int           // records accepted and not yet completed
-	idle     chan struct{} // closed when pending reaches 0, if someone waits
-	closed   bool
-	builders []*record.Builder // free builders
+	mu      sync.Mutex
+	topics  map[string]*producerTopic
+	used    int           // buffer bytes reserved by undelivered records
+	space   chan struct{} // closed when buffer space is freed, if someone waits
+	pending int           // records accepted and not yet completed
+	idle    chan struct{} // closed when pending reaches 0, if someone waits
+	closed  bool
+	// free holds completed batches for reuse, with their builders and
+	// slices: with many partitions each batch holds few records, and
+	// allocating a batch and growing its buffers again for each would
+	// cost as much as encoding its records. freeBytes is the memory they
+	// retain, at most BufferBytes/4.
+	free      []*batch
+	freeBytes int
+
+	// view is topics as of its last change, for Produce to read without
+	// mu; closing mirrors closed for the same reason. Both are written
+	// with mu held.
+	view    atomic.Pointer[map[string]*producerTopic]
+	closing atomic.Bool
+
+	// Open batches, in the order they were opened, which is the order of
+	// their deadlines since every batch lingers as long: the linger loop
+	// seals those due from the front, in time proportional to how many
+	// are due, not to the partitions. An entry whose batch was sealed
+	// early (full, or Flush) is stale and skipped. Guarded by mu.
+	lingering []lingerEntry
+	lingerOff int    // lingering[:lingerOff] are done with
+	openSeq   uint64 // numbers batches, so an entry can tell its batch
 
 	lingerArmed bool // the linger loop has a deadline to wait for; guarded by mu
 
+	// Batches of the broker's own partitions are written by a pool of at
+	// most maxSenders goroutines, started as work needs them, which take
+	// partitions in turn from ready: a partition is in ready when it has
+	// sealed batches, or an open one that has waited out Linger, and no
+	// sender has it (its sending flag is set while it is in ready or with
+	// a sender), so one sender at a time writes a partition, in order. A
+	// replicated partition has a sender goroutine of its own while it has
+	// batches (sendReplicated): its writes wait for other brokers. All
+	// guarded by mu.
+	ready       []*accum
+	readyOff    int        // ready[:readyOff] are taken
+	senders     int        // senders running
+	maxSenders  int        // senderLimit
+	idleSenders int        // senders waiting on senderWake
+	senderWake  *sync.Cond // on mu: work is ready, or the pool stops
+	sendersStop bool       // Close: senders exit once ready is empty
+
 	wake chan struct{} // tells the linger loop of an earlier deadline
 	stop chan struct{} // closed by Close: the linger loop ends, senders stop waiting
-	// goroutines counts the linger loop and the partitions' senders:
-	// Close waits for all of them. A sender is started (Add) only with
-	// mu held and the producer open, or by the linger loop or Close's
-	// flush while the count is above zero.
+	// goroutines counts the linger loop and the senders: Close waits for
+	// all of them. A sender is started (Add) only with mu held and the
+	// producer open, or by the linger loop or Close's flush while the
+	// count is above zero.
 	goroutines sync.WaitGroup
 
 	// The idempotent producer's identity, guarded by mu: batches are
@@ -252,15 +292,19 @@ type producerTopic struct {
 
 // accum accumulates one partition's records.
 type accum struct {
-	topic    string
-	id       int32
-	part     *partition.Partition // nil for a replicated topic
-	leader   leaderHandle         // a replicated partition's leader, as last found
-	queued   chan struct{}        // replicated: signalled when seal queues a batch
-	open     *batch               // the batch being filled, or nil
-	deadline time.Time            // when open must be written
-	queue    []*batch             // sealed batches, in order
-	sending  bool                 // a goroutine is writing queue
+	pt      *producerTopic
+	topic   string
+	id      int32
+	part    *partition.Partition // nil for a replicated topic
+	leader  leaderHandle         // a replicated partition's leader, as last found
+	queued  chan struct{}        // replicated: signalled when seal queues a batch
+	open    *batch               // the batch being filled, or nil
+	openSeq uint64               // open's number, for its lingerEntry
+	dueSeq  uint64               // the number of the last batch the linger loop found due
+	queue   []*batch             // sealed batches, in order
+	sending bool                 // a goroutine is writing queue, or a is in ready
+	taken   []*batch             // the batches a sender took from queue (pool senders)
+	results []sendResult         // send's, kept for reuse
 
 	// Idempotence, touched only by the goroutine sending the partition:
 	// the producer id and epoch of the sequence, the next sequence, and
@@ -269,6 +313,14 @@ type accum struct {
 	seqEpoch int16
 	seq      int32
 	addedTxn uint64
+}
+
+// lingerEntry is an open batch waiting out Linger: a's batch numbered seq,
+// due at deadline.
+type lingerEntry struct {
+	a        *accum
+	seq      uint64
+	deadline time.Time
 }
 
 // batch is a batch of records and what to do when it is written.
@@ -329,6 +381,9 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		pid: -1, epoch: -1,
 	}
+	p.senderWake = sync.NewCond(&p.mu)
+	p.maxSenders = p.senderLimit()
+	p.view.Store(&map[string]*producerTopic{})
 	if err := p.initIdentity(); err != nil {
 		return nil, err
 	}
@@ -441,7 +496,7 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 		return pt.t.offlineError(n)
 	}
 	for int32(len(pt.accums)) < count { // the topic grew
-		a := &accum{topic: pt.name, id: int32(len(pt.accums))}
+		a := &accum{pt: pt, topic: pt.name, id: int32(len(pt.accums))}
 		if parts != nil {
 			a.part = parts[a.id]
 		}
@@ -449,26 +504,15 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 	}
 	a := pt.accums[n]
 	if a.open != nil && (a.open.bld.Size()+size > p.cfg.BatchBytes || a.open.bld.Size()+size > pt.max) {
-		p.seal(pt, n, a)
+		p.seal(a)
 	}
 	if a.open == nil {
-		a.open = p.newBatch(pt.codec)
-		a.deadline = a.open.created.Add(p.cfg.Linger)
-		// Every batch lingers as long, so a new batch's deadline is never
-		// before one the linger loop already waits for: wake it only when
-		// it waits for none.
-		if !p.lingerArmed {
-			p.lingerArmed = true
-			select {
-			case p.wake <- struct{}{}:
-			default:
-			}
-		}
+		p.openBatch(a)
 	}
 	bt := a.open
 	if err := bt.bld.Add(&r); err != nil {
 		if bt.bld.Len() == 0 {
-			p.putBuilder(bt.bld)
+			p.putBatch(bt)
 			a.open = nil
 		}
 		p.release(size)
@@ -484,7 +528,7 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 		bt.cbs = append(bt.cbs, cb)
 	}
 	if bt.bld.Size() >= p.cfg.BatchBytes || p.cfg.Linger == 0 {
-		p.seal(pt, n, a)
+		p.seal(a)
 	}
 	p.mu.Unlock()
 	if p.cfg.Acks == AcksNone {
@@ -496,14 +540,22 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 // topicState returns the producer's state for a topic, creating the topic
 // if the broker allows.
 func (p *Producer) topicState(ctx context.Context, name string) (*producerTopic, error) {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if p.closing.Load() {
 		return nil, ErrProducerClosed
 	}
-	pt := p.topics[name]
-	p.mu.Unlock()
+	pt := (*p.view.Load())[name]
 	return p.b.route(name).producerTopic(ctx, p, name, pt)
+}
+
+// setTopic makes pt the producer's state for its topic. Called with mu
+// held.
+func (p *Producer) setTopic(pt *producerTopic) {
+	p.topics[pt.name] = pt
+	view := make(map[string]*producerTopic, len(p.topics))
+	for name, pt := range p.topics {
+		view[name] = pt
+	}
+	p.view.Store(&view)
 }
 
 // producerTopic is topicState for a topic of the broker's own registry: a
@@ -526,7 +578,7 @@ func (s soloStore) producerTopic(ctx context.Context, p *Producer, name string, 
 	defer p.mu.Unlock()
 	if pt = p.topics[name]; pt == nil || pt.t != t {
 		pt = &producerTopic{t: t, name: name, tp: p.cfg.Partitioner.ForTopic(name), codec: codec, max: cfg.MaxMessageBytes}
-		p.topics[name] = pt
+		p.setTopic(pt)
 	}
 	return pt, nil
 }
@@ -572,96 +624,298 @@ func (p *Producer) release(size int) {
 	}
 }
 
+// newBatch returns an empty batch, reusing a free one if there is one.
+// Called with mu held.
 func (p *Producer) newBatch(codec record.Codec) *batch {
-	var bld *record.Builder
-	if n := len(p.builders); n > 0 {
-		bld, p.builders = p.builders[n-1], p.builders[:n-1]
+	var bt *batch
+	if n := len(p.free); n > 0 {
+		bt = p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		p.freeBytes -= bt.retained()
 	} else {
-		bld = new(record.Builder)
+		bt = &batch{bld: new(record.Builder)}
 	}
-	bld.Reset(record.BatchOptions{Compression: codec})
-	return &batch{bld: bld, created: time.Now()}
+	bt.bld.Reset(record.BatchOptions{Compression: codec})
+	bt.created = time.Now()
+	return bt
 }
 
-func (p *Producer) putBuilder(bld *record.Builder) {
-	if len(p.builders) < 64 {
-		p.builders = append(p.builders, bld)
+// putBatch keeps a batch that is done with for reuse, unless the free
+// batches already retain BufferBytes/4. Called with mu held.
+func (p *Producer) putBatch(bt *batch) {
+	clear(bt.cbs) // let the callbacks go
+	bt.cbs, bt.ts = bt.cbs[:0], bt.ts[:0]
+	bt.reserved, bt.size, bt.stamped = 0, 0, false
+	if r := bt.retained(); p.freeBytes+r <= p.cfg.BufferBytes/4 {
+		p.free = append(p.free, bt)
+		p.freeBytes += r
 	}
 }
 
-// seal closes partition n's open batch and queues it for writing. Called
-// with mu held.
-func (p *Producer) seal(pt *producerTopic, n int32, a *accum) {
-	if a.open == nil {
-		return
+// retained is the memory a batch holds for reuse.
+func (bt *batch) retained() int {
+	return bt.bld.Retained() + 8*cap(bt.cbs) + 8*cap(bt.ts)
+}
+
+// openBatch opens a new batch for a and sets it to linger. Called with mu
+// held.
+func (p *Producer) openBatch(a *accum) {
+	a.open = p.newBatch(a.pt.codec)
+	p.openSeq++
+	a.openSeq = p.openSeq
+	if p.cfg.Linger == 0 {
+		return // sealed before Produce returns
 	}
-	a.queue = append(a.queue, a.open)
-	a.open = nil
-	pt.tp.OnNewBatch(n)
-	if !a.sending {
-		a.sending = true
-		p.goroutines.Go(func() { p.send(a) })
-	} else if a.queued != nil {
+	if p.lingerOff > 0 && p.lingerOff == len(p.lingering) {
+		p.lingering, p.lingerOff = p.lingering[:0], 0
+	} else if p.lingerOff >= 1024 && p.lingerOff >= len(p.lingering)/2 {
+		n := copy(p.lingering, p.lingering[p.lingerOff:])
+		clear(p.lingering[n:])
+		p.lingering, p.lingerOff = p.lingering[:n], 0
+	}
+	p.lingering = append(p.lingering, lingerEntry{a: a, seq: a.openSeq, deadline: a.open.created.Add(p.cfg.Linger)})
+	// Every batch lingers as long, so a new batch's deadline is never
+	// before one the linger loop already waits for: wake it only when it
+	// waits for none.
+	if !p.lingerArmed {
+		p.lingerArmed = true
 		select {
-		case a.queued <- struct{}{}:
+		case p.wake <- struct{}{}:
 		default:
 		}
 	}
 }
 
-// send writes a partition's sealed batches in order, then exits. It takes
-// every batch queued so far, writes them all, and waits once for them to be
-// durable: under the Sync policy one fsync covers the batches that queued up
-// while the previous one ran.
-func (p *Producer) send(a *accum) {
-	if a.part == nil {
-		p.sendReplicated(a)
+// seal closes a's open batch and queues it for writing. Called with mu
+// held.
+func (p *Producer) seal(a *accum) {
+	if a.open == nil {
 		return
 	}
-	var results []sendResult
+	a.queue = append(a.queue, a.open)
+	a.open = nil
+	a.pt.tp.OnNewBatch(a.id)
+	switch {
+	case a.sending:
+		if a.queued != nil {
+			select {
+			case a.queued <- struct{}{}:
+			default:
+			}
+		}
+	case a.part == nil:
+		a.sending = true
+		p.goroutines.Go(func() { p.sendReplicated(a) })
+	default:
+		p.makeReady(a)
+	}
+}
+
+// makeReady queues a, which has batches to write and no sender, for the
+// pool's senders, starting one if none waits. Called with mu held.
+func (p *Producer) makeReady(a *accum) {
+	a.sending = true
+	p.ready = append(p.ready, a)
+	if p.idleSenders > 0 {
+		p.senderWake.Signal()
+	} else if p.senders < p.maxSenders {
+		p.senders++
+		p.goroutines.Go(p.sendLoop)
+	}
+}
+
+// lingered reports whether a's open batch has waited out Linger: the
+// linger loop found it due, or it is at now. Called with mu held.
+func (p *Producer) lingered(a *accum, now time.Time) bool {
+	return a.open != nil && (a.dueSeq == a.openSeq || !now.Before(a.open.created.Add(p.cfg.Linger)))
+}
+
+// due is the linger loop's word that a's open batch has waited out
+// Linger. A replicated partition's batch is sealed then. One of the
+// broker's own partitions is queued for a sender with the batch still
+// open, as Kafka's accumulator does: records produced before a sender
+// takes it still join it. When the senders fall behind - many
+// partitions, each with few records per Linger - batches grow instead
+// of queueing up in ever more writes of a few records each. Called with
+// mu held.
+func (p *Producer) due(a *accum) {
+	if a.part == nil {
+		p.seal(a)
+		return
+	}
+	a.dueSeq = a.openSeq
+	if !a.sending {
+		p.makeReady(a)
+	}
+	// Otherwise a sender has a, and takes the open batch when done with
+	// what it holds.
+}
+
+// maxSenders bounds the pool of goroutines writing the broker's own
+// partitions under the Sync flush policy, where each partition's write
+// waits for its fsync: as many partitions as this sync at once. Under the
+// other policies a write only copies into the page cache, and the pool has
+// half as many senders as CPUs (at least one), as Kafka's producer has one
+// sender thread: the other CPUs are for the goroutines calling Produce,
+// and a pool that falls behind is what lets batches grow (see due)
+// instead of every partition writing a few records at a time (over 1000
+// partitions, on 2 CPUs, 2 senders wrote batches of 15-35 records, 1
+// sender 35-90).
+const maxSenders = 64
+
+// senderLimit is the size of the producer's pool of senders.
+func (p *Producer) senderLimit() int {
+	if p.b.opts.Flush == log.Sync {
+		return maxSenders
+	}
+	return max(1, runtime.GOMAXPROCS(0)/2)
+}
+
+// sendChunk is how many ready partitions a sender takes at once: it
+// writes them all and then settles their batches under one lock.
+const sendChunk = 8
+
+// sendLoop is a pool sender: it takes ready partitions, writes their
+// sealed batches and reports them, until Close stops the pool and nothing
+// is ready.
+func (p *Producer) sendLoop() {
+	var work []*accum
+	var done sendDone
+	p.mu.Lock()
 	for {
-		p.mu.Lock()
-		batches := a.queue
-		a.queue = nil
-		if len(batches) == 0 {
-			a.sending = false
+		for p.readyOff == len(p.ready) && !p.sendersStop {
+			p.idleSenders++
+			p.senderWake.Wait()
+			p.idleSenders--
+		}
+		if p.readyOff == len(p.ready) {
+			p.senders--
 			p.mu.Unlock()
 			return
 		}
+		n := min(sendChunk, len(p.ready)-p.readyOff)
+		work = append(work[:0], p.ready[p.readyOff:p.readyOff+n]...)
+		clear(p.ready[p.readyOff : p.readyOff+n])
+		p.readyOff += n
+		if p.readyOff == len(p.ready) {
+			p.ready, p.readyOff = p.ready[:0], 0
+		} else if p.readyOff >= 1024 && p.readyOff >= len(p.ready)/2 {
+			// Never empty under load: reuse the front.
+			k := copy(p.ready, p.ready[p.readyOff:])
+			clear(p.ready[k:])
+			p.ready, p.readyOff = p.ready[:k], 0
+		}
+		now := time.Now()
+		for _, a := range work {
+			a.taken, a.queue = a.queue, a.taken[:0]
+			if p.lingered(a, now) {
+				a.taken = append(a.taken, a.open)
+				a.open = nil
+				a.pt.tp.OnNewBatch(a.id)
+			}
+		}
 		p.mu.Unlock()
 
-		results = results[:0]
-		var last log.Pending
-		written := -1 // the last batch written
-		for i, bt := range batches {
-			r := sendResult{base: -1}
-			if age := time.Since(bt.created); age > p.cfg.DeliveryTimeout {
-				r.err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, age.Round(time.Millisecond))
-			} else if r.err = p.stamp(a, bt); r.err != nil {
-			} else if b, err := bt.bld.Build(); err != nil {
-				r.err = err
-			} else if p.built(bt, b); p.cfg.Idempotent {
-				// Through the producer state: sequences, transactions.
-				// It waits for durability itself.
-				r.base, _, r.err = a.part.AppendProduced(b)
-			} else if r.base, last, r.err = a.part.AppendTrustedNoWait(b); r.err == nil {
-				written = i
-			}
-			results = append(results, r)
+		for _, a := range work {
+			p.send(a, &done)
 		}
-		if written >= 0 {
-			if err := a.part.WaitDurable(last); err != nil {
-				for i := range results[:written+1] {
-					if results[i].err == nil {
-						results[i].err = err
-					}
+
+		p.mu.Lock()
+		p.settleDone(&done)
+		now = time.Now()
+		for _, a := range work {
+			clear(a.taken)
+			a.taken = a.taken[:0]
+			if len(a.queue) > 0 || p.lingered(a, now) {
+				p.ready = append(p.ready, a) // behind the others: take turns
+			} else {
+				a.sending = false
+			}
+		}
+		clear(work)
+	}
+}
+
+// sendDone is what a sender gives back, under one lock, for the batches it
+// completed.
+type sendDone struct {
+	batches  []*batch
+	failed   int   // records failed
+	firstErr error // the first one's error
+	records  int
+	reserved int
+}
+
+// settleDone gives back what the batches in done held, counts their
+// failures for Flush and keeps them for reuse. Called with mu held.
+func (p *Producer) settleDone(done *sendDone) {
+	if done.failed > 0 {
+		p.recordFailures(done.failed, done.firstErr)
+	}
+	if done.reserved > 0 {
+		p.release(done.reserved)
+	}
+	p.pending -= done.records
+	if p.pending == 0 && p.idle != nil {
+		close(p.idle)
+		p.idle = nil
+	}
+	for _, bt := range done.batches {
+		p.putBatch(bt)
+	}
+	clear(done.batches)
+	*done = sendDone{batches: done.batches[:0]}
+}
+
+// send writes the batches a sender took for one of the broker's own
+// partitions, in order, and waits once for them to be durable: under the
+// Sync policy one fsync covers them all. It reports them to their
+// callbacks and adds them to done.
+func (p *Producer) send(a *accum, done *sendDone) {
+	batches := a.taken
+	results := a.results[:0]
+	var last log.Pending
+	written := -1 // the last batch written
+	for i, bt := range batches {
+		r := sendResult{base: -1}
+		if age := time.Since(bt.created); age > p.cfg.DeliveryTimeout {
+			r.err = fmt.Errorf("%w: batch waited %v", ErrDeliveryTimeout, age.Round(time.Millisecond))
+		} else if r.err = p.stamp(a, bt); r.err != nil {
+		} else if b, err := bt.bld.Build(); err != nil {
+			r.err = err
+		} else if p.built(bt, b); p.cfg.Idempotent {
+			// Through the producer state: sequences, transactions.
+			// It waits for durability itself.
+			r.base, _, r.err = a.part.AppendProduced(b)
+		} else if r.base, last, r.err = a.part.AppendTrustedNoWait(b); r.err == nil {
+			written = i
+		}
+		results = append(results, r)
+	}
+	if written >= 0 {
+		if err := a.part.WaitDurable(last); err != nil {
+			for i := range results[:written+1] {
+				if results[i].err == nil {
+					results[i].err = err
 				}
 			}
 		}
-		for i, bt := range batches {
-			p.complete(a, bt, results[i].base, p.b.wrapClosed(results[i].err))
-		}
 	}
+	for i, bt := range batches {
+		err := p.b.wrapClosed(results[i].err)
+		p.report(a, bt, results[i].base, err)
+		if err != nil {
+			if done.failed == 0 {
+				done.firstErr = err
+			}
+			done.failed += len(bt.cbs)
+		}
+		done.records += len(bt.cbs)
+		done.reserved += bt.reserved
+		done.batches = append(done.batches, bt)
+	}
+	a.results = results[:0]
 }
 
 type sendResult struct {
@@ -670,9 +924,27 @@ type sendResult struct {
 }
 
 // complete reports a batch's records to their callbacks, in order, and
-// gives back its buffer space and builder.
+// gives back its buffer space; the batch is reused afterwards.
 func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
+	p.report(a, bt, base, err)
+	p.mu.Lock()
+	if err != nil {
+		p.recordFailures(len(bt.cbs), err)
+	}
+	p.release(bt.reserved)
+	p.pending -= len(bt.cbs)
+	if p.pending == 0 && p.idle != nil {
+		close(p.idle)
+		p.idle = nil
+	}
+	p.putBatch(bt)
+	p.mu.Unlock()
+}
 
+// report counts a batch delivered (base: its first offset) or failed, and
+// calls its records' callbacks, in order. The batch still holds its buffer
+// space.
+func (p *Producer) report(a *accum, bt *batch, base int64, err error) {
 	if err != nil && bt.stamped {
 		p.sequenceLost(a, err)
 	}
@@ -690,18 +962,6 @@ func (p *Producer) complete(a *accum, bt *batch, base int64, err error) {
 		}
 		cb(md, err)
 	}
-	p.mu.Lock()
-	if err != nil {
-		p.recordFailures(len(bt.cbs), err)
-	}
-	p.release(bt.reserved)
-	p.pending -= len(bt.cbs)
-	if p.pending == 0 && p.idle != nil {
-		close(p.idle)
-		p.idle = nil
-	}
-	p.putBuilder(bt.bld)
-	p.mu.Unlock()
 }
 
 // built notes a batch's size once built, for Stats, and waits as the
@@ -762,25 +1022,24 @@ func (p *Producer) lingerLoop() {
 	}
 }
 
-// sealDue seals every open batch whose deadline is at or before now and
-// returns the earliest deadline left (zero: none).
+// sealDue hands every open batch whose deadline is at or before now to be
+// written (see due) and returns the earliest deadline left (zero: none).
 func (p *Producer) sealDue(now time.Time) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var next time.Time
-	defer func() { p.lingerArmed = !next.IsZero() }()
-	for _, pt := range p.topics {
-		for n, a := range pt.accums {
-			if a.open == nil {
-				continue
+	for ; p.lingerOff < len(p.lingering); p.lingerOff++ {
+		e := &p.lingering[p.lingerOff]
+		if e.a.open != nil && e.a.openSeq == e.seq { // not sealed early
+			if e.deadline.After(now) {
+				next = e.deadline
+				break
 			}
-			if !a.deadline.After(now) {
-				p.seal(pt, int32(n), a)
-			} else if next.IsZero() || a.deadline.Before(next) {
-				next = a.deadline
-			}
+			p.due(e.a)
 		}
+		*e = lingerEntry{}
 	}
+	p.lingerArmed = !next.IsZero()
 	return next
 }
 
@@ -805,11 +1064,13 @@ func (p *Producer) Flush(ctx context.Context) error {
 // failed, or ctx ends.
 func (p *Producer) flush(ctx context.Context) error {
 	p.mu.Lock()
-	for _, pt := range p.topics {
-		for n, a := range pt.accums {
-			p.seal(pt, int32(n), a)
+	for _, e := range p.lingering[p.lingerOff:] {
+		if e.a.open != nil && e.a.openSeq == e.seq {
+			p.seal(e.a)
 		}
 	}
+	clear(p.lingering)
+	p.lingering, p.lingerOff = p.lingering[:0], 0
 	if p.pending == 0 {
 		p.mu.Unlock()
 		return nil
@@ -853,6 +1114,7 @@ func (p *Producer) Close() error {
 		}
 	}
 	p.closed = true
+	p.closing.Store(true)
 	if p.space != nil { // wake producers blocked for space: they fail
 		close(p.space)
 		p.space = nil
@@ -862,6 +1124,10 @@ func (p *Producer) Close() error {
 	defer cancel()
 	err := p.Flush(ctx)
 	close(p.stop) // a sender still retrying (Flush timed out) gives up
+	p.mu.Lock()
+	p.sendersStop = true // pool senders exit once what is ready is written
+	p.senderWake.Broadcast()
+	p.mu.Unlock()
 	p.goroutines.Wait()
 	return err
 }

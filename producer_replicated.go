@@ -26,7 +26,7 @@ func (p *Producer) replicatedTopicState(ctx context.Context, name string) (*prod
 		return pt, nil
 	}
 	pt := &producerTopic{name: name, n: int32(len(states)), tp: p.cfg.Partitioner.ForTopic(name), codec: codec, max: cfg.MaxMessageBytes}
-	p.topics[name] = pt
+	p.setTopic(pt)
 	return pt, nil
 }
 

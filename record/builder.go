@@ -59,6 +59,10 @@ func (b *Builder) Add(r *Record) error {
 // Len is the number of records added.
 func (b *Builder) Len() int { return int(b.count) }
 
+// Retained is the memory the Builder's buffers hold, in bytes: what keeping
+// it for reuse costs.
+func (b *Builder) Retained() int { return cap(b.buf) + cap(b.out) }
+
 // Size is the size of the batch so far, uncompressed, header included.
 func (b *Builder) Size() int { return max(len(b.buf), HeaderSize) }
 

@@ -1,0 +1,146 @@
+package spool
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spoolmq/spool/log"
+	"github.com/spoolmq/spool/partition"
+	"github.com/stretchr/testify/require"
+)
+
+// TestProducerManyPartitionsKeepsOrder produces round-robin over more
+// partitions than one sender takes at once, so that the pool's senders
+// share them: each partition's callbacks still come in the order of the
+// Produce calls, with offsets 0, 1, 2, ... and no record is lost. The
+// first round is delivered by Linger alone, without Flush. Under the Sync
+// flush policy the pool has many senders, under None few.
+func TestProducerManyPartitionsKeepsOrder(t *testing.T) {
+	for _, flush := range []log.FlushPolicy{log.Sync, log.None} {
+		t.Run(fmt.Sprint(flush), func(t *testing.T) { testManyPartitionsOrder(t, flush) })
+	}
+}
+
+func testManyPartitionsOrder(t *testing.T, flush log.FlushPolicy) {
+	const parts, perPart = 40, 30
+	b := openBroker(t, t.TempDir(), Options{Flush: flush})
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{Partitions: parts}))
+	// Small batches, so that partitions have several queued at a time.
+	p, err := b.NewProducer(ProducerConfig{Partitioner: partition.ManualPartitioner(), BatchBytes: 300, Linger: time.Millisecond})
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	got := make([][]string, parts) // each partition's values, in callback order
+	offsets := make([][]int64, parts)
+	var fails []error
+	var delivered sync.WaitGroup
+	produce := func(n int32, v string) {
+		delivered.Add(1)
+		p.Produce(ctx, Record{Topic: "t", Partition: n, Value: []byte(v)}, func(md RecordMetadata, err error) {
+			defer delivered.Done()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				fails = append(fails, err)
+				return
+			}
+			got[md.Partition] = append(got[md.Partition], v)
+			offsets[md.Partition] = append(offsets[md.Partition], md.Offset)
+		})
+	}
+	for n := range int32(parts) {
+		produce(n, fmt.Sprint(0))
+	}
+	waitGroup(t, &delivered) // Linger writes them: no Flush
+	for i := 1; i < perPart; i++ {
+		for n := range int32(parts) {
+			produce(n, fmt.Sprint(i))
+		}
+	}
+	require.NoError(t, p.Flush(ctx))
+	require.NoError(t, p.Close())
+
+	require.Empty(t, fails)
+	for n := range parts {
+		require.Len(t, got[n], perPart, "partition %d", n)
+		for i := range perPart {
+			require.Equal(t, fmt.Sprint(i), got[n][i], "partition %d: callbacks out of Produce order", n)
+			require.Equal(t, int64(i), offsets[n][i], "partition %d", n)
+		}
+	}
+	recs := consumeAll(t, b, "t")
+	require.Len(t, recs, parts*perPart)
+}
+
+// waitGroup waits for wg, failing the test if that takes longer than a
+// minute (a hang, not a slow run).
+func waitGroup(t *testing.T, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("records not delivered")
+	}
+}
+
+// TestProducerLingeredBatchTakesRecordsUntilSent checks the accumulator's
+// rule for the broker's own partitions: a batch that has waited out Linger
+// is queued for a sender but stays open, and a record produced before a
+// sender takes it joins it. The test holds the senders back by letting
+// the pool believe it is full, so that it decides when the batch is taken.
+func TestProducerLingeredBatchTakesRecordsUntilSent(t *testing.T) {
+	b := openBroker(t, t.TempDir(), Options{})
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{Partitions: 1}))
+	// Linger long enough that only the test's sealDue finds the batch due.
+	p, err := b.NewProducer(ProducerConfig{Linger: time.Hour})
+	require.NoError(t, err)
+
+	p.mu.Lock()
+	p.senders = p.maxSenders // no sender is started
+	p.mu.Unlock()
+
+	var mu sync.Mutex
+	var offsets []int64
+	var errs []error
+	cb := func(md RecordMetadata, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		offsets = append(offsets, md.Offset)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	p.Produce(ctx, Record{Topic: "t", Value: []byte("a")}, cb)
+	p.sealDue(time.Now().Add(2 * time.Hour))
+
+	p.mu.Lock()
+	a := p.topics["t"].accums[0]
+	require.NotNil(t, a.open, "a lingered batch stays open until a sender takes it")
+	require.True(t, a.sending)
+	require.Equal(t, []*accum{a}, p.ready[p.readyOff:])
+	p.mu.Unlock()
+
+	p.Produce(ctx, Record{Topic: "t", Value: []byte("b")}, cb)
+	p.mu.Lock()
+	require.Equal(t, 2, a.open.bld.Len(), "the record joins the lingered batch")
+	p.senders = 1 // let one sender take it
+	p.goroutines.Go(p.sendLoop)
+	p.mu.Unlock()
+
+	require.NoError(t, p.Flush(ctx))
+	require.Equal(t, int64(1), p.Stats().Batches, "one batch written")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, errs)
+	require.Equal(t, []int64{0, 1}, offsets)
+	require.NoError(t, p.Close())
+}
