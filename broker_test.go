@@ -531,13 +531,37 @@ func TestProducerSettings(t *testing.T) {
 	require.Equal(t, int64(101), part.HighWatermark())
 
 	// DeliveryTimeout: a batch that waits longer than it fails.
-	p, err = b.NewProducer(ProducerConfig{Linger: 50 * time.Millisecond, DeliveryTimeout: 10 * time.Millisecond})
+	bn := openBroker(t, t.TempDir(), Options{Flush: log.None})
+	defer bn.Close()
+	require.NoError(t, bn.CreateTopic(ctx, "t", TopicConfig{}))
+	p, err = bn.NewProducer(ProducerConfig{Linger: 50 * time.Millisecond, DeliveryTimeout: 10 * time.Millisecond})
 	require.NoError(t, err)
 	errc := make(chan error, 1)
 	p.Produce(ctx, Record{Topic: "t", Value: []byte("late")}, func(_ RecordMetadata, err error) { errc <- err })
 	require.ErrorIs(t, <-errc, ErrDeliveryTimeout)
 	require.ErrorIs(t, p.Close(), ErrDeliveryTimeout, "Close reports the failure too")
-	require.Equal(t, int64(101), part.HighWatermark(), "nothing written")
+	npart, err := bn.Partition("t", 0)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), npart.HighWatermark(), "nothing written")
+
+	// Under Sync, with Linger left at its default, a batch goes as soon
+	// as its partition has no write in flight: delivered without a Flush
+	// long before Linger, which a stalled linger loop would need.
+	p, err = b.NewProducer(ProducerConfig{})
+	require.NoError(t, err)
+	delivered := make(chan RecordMetadata, 1)
+	p.Produce(ctx, Record{Topic: "t", Value: []byte("group commit")}, func(m RecordMetadata, err error) {
+		require.NoError(t, err)
+		delivered <- m
+	})
+	select {
+	case m := <-delivered:
+		require.Equal(t, int64(101), m.Offset)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a record under Sync was not delivered")
+	}
+	require.NoError(t, p.Close())
+	require.Equal(t, int64(102), part.HighWatermark())
 
 	// Producing into a closed broker fails the record.
 	p, err = b.NewProducer(ProducerConfig{Linger: -1})

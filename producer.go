@@ -98,6 +98,14 @@ type ProducerConfig struct {
 	Acks Acks
 	// Linger is how long a batch waits for more records before it is
 	// written (linger.ms). Default 5 ms; negative: no wait.
+	//
+	// Left at zero under the Sync flush policy, a batch of the broker's
+	// own partitions instead waits only while its partition's previous
+	// write and fsync are in flight - the fsync is the wait, so a batch
+	// holds what arrived during one - and goes at once when none is
+	// (group commit sized by the arrival rate). At low rates that is
+	// more fsyncs, each covering fewer records, for a lower latency; set
+	// Linger to have batches wait it out instead.
 	Linger time.Duration
 	// BatchBytes is the size at which a batch is written without waiting
 	// out Linger (batch.size). Default 16 KiB.
@@ -246,10 +254,17 @@ type Producer struct {
 	// replicated partition has a sender goroutine of its own while it has
 	// batches (sendReplicated): its writes wait for other brokers. All
 	// guarded by mu.
-	ready       []*accum
-	readyOff    int        // ready[:readyOff] are taken
-	senders     int        // senders running
-	maxSenders  int        // senderLimit
+	ready      []*accum
+	readyOff   int // ready[:readyOff] are taken
+	senders    int // senders running
+	maxSenders int // senderLimit
+	// eager: under the Sync flush policy, with Linger left at its
+	// default, a partition's open batch goes to a sender as soon as one
+	// is free, without waiting out Linger: the
+	// write and fsync in flight are the wait, and records that arrive
+	// meanwhile form the next batch (group commit sized by the arrival
+	// rate). Only for the broker's own partitions.
+	eager       bool
 	idleSenders int        // senders waiting on senderWake
 	senderWake  *sync.Cond // on mu: work is ready, or the pool stops
 	sendersStop bool       // Close: senders exit once ready is empty
@@ -339,6 +354,7 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 	if b.closed.Load() {
 		return nil, ErrClosed
 	}
+	lingerDefault := cfg.Linger == 0
 	switch {
 	case cfg.Linger == 0:
 		cfg.Linger = DefaultLinger
@@ -383,6 +399,7 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 	}
 	p.senderWake = sync.NewCond(&p.mu)
 	p.maxSenders = p.senderLimit()
+	p.eager = b.opts.Flush == log.Sync && lingerDefault
 	p.view.Store(&map[string]*producerTopic{})
 	if err := p.initIdentity(); err != nil {
 		return nil, err
@@ -403,6 +420,15 @@ func (b *Broker) NewProducer(cfg ProducerConfig) (*Producer, error) {
 // Every failure, with or without cb, is also counted, and the next Flush
 // (or Close) returns an error saying how many records failed and why the
 // first did: a producer with a nil cb loses no failure silently.
+//
+// Callbacks run on the producer's senders - a small pool shared by the
+// partitions this broker holds (half as many as CPUs under None and
+// Interval), as the Java producer runs them on its one I/O thread - so a
+// callback must be quick and must not block: while it runs, the
+// partitions waiting for that sender wait too. In particular a callback
+// that calls Produce while the buffer is full can wait out MaxBlock,
+// since the sender that would free the buffer is the one running it; hand
+// such work to another goroutine.
 func (p *Producer) Produce(ctx context.Context, rec Record, cb func(RecordMetadata, error)) {
 	if cb == nil {
 		cb = func(RecordMetadata, error) {}
@@ -529,6 +555,8 @@ func (p *Producer) produce(ctx context.Context, rec *Record, cb func(RecordMetad
 	}
 	if bt.bld.Size() >= p.cfg.BatchBytes || p.cfg.Linger == 0 {
 		p.seal(a)
+	} else if p.eager && !a.sending && a.part != nil {
+		p.makeReady(a) // a sender takes the open batch, and what joins it meanwhile
 	}
 	p.mu.Unlock()
 	if p.cfg.Acks == AcksNone {
@@ -728,7 +756,7 @@ func (p *Producer) makeReady(a *accum) {
 // lingered reports whether a's open batch has waited out Linger: the
 // linger loop found it due, or it is at now. Called with mu held.
 func (p *Producer) lingered(a *accum, now time.Time) bool {
-	return a.open != nil && (a.dueSeq == a.openSeq || !now.Before(a.open.created.Add(p.cfg.Linger)))
+	return a.open != nil && (p.eager || a.dueSeq == a.openSeq || !now.Before(a.open.created.Add(p.cfg.Linger)))
 }
 
 // due is the linger loop's word that a's open batch has waited out

@@ -144,3 +144,59 @@ func TestProducerLingeredBatchTakesRecordsUntilSent(t *testing.T) {
 	require.Equal(t, []int64{0, 1}, offsets)
 	require.NoError(t, p.Close())
 }
+
+// TestProducerSyncGroupCommit: under the Sync flush policy with Linger at
+// its default, a record makes its partition ready for a sender at once -
+// no linger - with its batch still open, so that records produced until a
+// sender takes it (here: while no sender may run) join it and go in one
+// write and one fsync. An explicit Linger is waited out as under the other
+// policies: the partition is not ready after a Produce.
+func TestProducerSyncGroupCommit(t *testing.T) {
+	b := openBroker(t, t.TempDir(), Options{Flush: log.Sync})
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{Partitions: 1}))
+
+	p, err := b.NewProducer(ProducerConfig{})
+	require.NoError(t, err)
+	p.mu.Lock()
+	p.senders = p.maxSenders // no sender is started
+	p.mu.Unlock()
+	var mu sync.Mutex
+	var offsets []int64
+	cb := func(md RecordMetadata, err error) {
+		require.NoError(t, err)
+		mu.Lock()
+		defer mu.Unlock()
+		offsets = append(offsets, md.Offset)
+	}
+	p.Produce(ctx, Record{Topic: "t", Value: []byte("a")}, cb)
+	p.mu.Lock()
+	a := p.topics["t"].accums[0]
+	require.True(t, a.sending, "ready for a sender at once")
+	require.Equal(t, []*accum{a}, p.ready[p.readyOff:])
+	require.NotNil(t, a.open, "its batch still open")
+	p.mu.Unlock()
+	p.Produce(ctx, Record{Topic: "t", Value: []byte("b")}, cb)
+	p.mu.Lock()
+	require.Equal(t, 2, a.open.bld.Len(), "the next record joins the batch")
+	p.senders = 1
+	p.goroutines.Go(p.sendLoop)
+	p.mu.Unlock()
+	require.NoError(t, p.Flush(ctx))
+	require.Equal(t, int64(1), p.Stats().Batches, "one batch, one fsync")
+	mu.Lock()
+	require.Equal(t, []int64{0, 1}, offsets)
+	mu.Unlock()
+	require.NoError(t, p.Close())
+
+	// An explicit Linger is waited out.
+	p, err = b.NewProducer(ProducerConfig{Linger: time.Hour})
+	require.NoError(t, err)
+	p.Produce(ctx, Record{Topic: "t", Value: []byte("c")}, cb)
+	p.mu.Lock()
+	require.False(t, p.topics["t"].accums[0].sending, "an explicit Linger: not ready yet")
+	p.mu.Unlock()
+	require.NoError(t, p.Flush(ctx))
+	require.NoError(t, p.Close())
+}
