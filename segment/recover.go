@@ -53,7 +53,9 @@ func (s *Segment) Recover(from int64) (RecoveryResult, error) {
 // found invalid, and fsyncs it.
 func (s *Segment) DropTail() error {
 	size := s.size.Load()
-	if err := s.f.Truncate(size); err != nil {
+	err := s.f.Truncate(size)
+	s.synced.Store(false)
+	if err != nil {
 		return fmt.Errorf("segment: truncate %s to %d: %w", s.logPath, size, err)
 	}
 	return s.Sync()
