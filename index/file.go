@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 
 	"github.com/edsrzf/mmap-go"
@@ -57,6 +58,15 @@ type file struct {
 	n         atomic.Int64
 	writable  atomic.Bool // false once trimmed; read by sync from other goroutines
 	untrimmed bool        // zero entries followed the entries when opened
+
+	// synced is true while the file, as it is, is on stable storage: set
+	// by a successful sync (or AssumeSynced) and cleared after every
+	// change - an entry written or cleared, a growth, a trim - so that
+	// sync of an unchanged index costs no syscall. syncMu makes a sync
+	// that finds it set wait for one in flight to finish.
+	syncMu  sync.Mutex
+	synced  atomic.Bool
+	syncErr error // the first failed sync; every later sync returns it; guarded by syncMu
 }
 
 // open maps the file at path. A writable file is mapped at maxBytes
@@ -222,7 +232,9 @@ func (ix *file) appendEntry(put func([]byte)) error {
 			return err
 		}
 	}
-	if err := ix.guard(func() { put(ix.entry(n)) }); err != nil {
+	err := ix.guard(func() { put(ix.entry(n)) })
+	ix.synced.Store(false)
+	if err != nil {
 		return err
 	}
 	ix.n.Store(int64(n + 1))
@@ -278,6 +290,7 @@ func (ix *file) grow(end int) error {
 // part of the way (ext4 keeps what it allocated before running out), and
 // the file must stay entries and zeros up to alloc, nothing after.
 func (ix *file) allocate(size int) error {
+	defer ix.synced.Store(false)
 	if err := ix.f.Allocate(int64(ix.alloc), int64(size-ix.alloc)); err != nil {
 		_ = ix.f.Truncate(int64(ix.alloc))
 		return err
@@ -298,6 +311,7 @@ func (ix *file) truncateEntries(n int) {
 	ix.n.Store(int64(n))
 	if ix.writable.Load() {
 		_ = ix.guard(func() { clear(ix.mm[n*ix.entrySize : old*ix.entrySize]) })
+		ix.synced.Store(false)
 	}
 }
 
@@ -325,8 +339,12 @@ func (ix *file) trim() error {
 		return nil
 	}
 	size := ix.entries() * ix.entrySize
-	if err := ix.f.Truncate(int64(size)); err != nil {
-		return fmt.Errorf("index: trim %s: %w", ix.path, err)
+	if size != ix.alloc { // an index closed clean and not written since is trimmed already
+		err := ix.f.Truncate(int64(size))
+		ix.synced.Store(false)
+		if err != nil {
+			return fmt.Errorf("index: trim %s: %w", ix.path, err)
+		}
 	}
 	ix.writable.Store(false)
 	ix.alloc = size
@@ -336,17 +354,43 @@ func (ix *file) trim() error {
 
 // sync makes the entries durable. On Linux fsync also writes back pages
 // dirtied through the map; msync first keeps that true elsewhere.
+//
+// An index unchanged since its last sync (or since AssumeSynced) is not
+// synced again. The flag is set before the msync: a change made while it
+// runs clears it again (after writing), so the next sync covers it. A
+// change's writer clears it after the bytes are written, and a caller
+// that needs that change durable has seen the change finish, so it finds
+// the flag cleared. A failed sync fails every later one: a later success
+// would say nothing about the pages the kernel could not write.
 func (ix *file) sync() error {
+	ix.syncMu.Lock()
+	defer ix.syncMu.Unlock()
+	if ix.syncErr != nil {
+		return ix.syncErr
+	}
+	if ix.synced.Load() {
+		return nil
+	}
+	ix.synced.Store(true)
 	if ix.mm != nil && ix.writable.Load() {
 		if err := ix.mm.Flush(); err != nil {
-			return fmt.Errorf("index: msync %s: %w", ix.path, err)
+			ix.synced.Store(false)
+			ix.syncErr = fmt.Errorf("index: msync %s: %w", ix.path, err)
+			return ix.syncErr
 		}
 	}
 	if err := ix.f.Sync(); err != nil {
-		return fmt.Errorf("index: fsync %s: %w", ix.path, err)
+		ix.synced.Store(false)
+		ix.syncErr = fmt.Errorf("index: fsync %s: %w", ix.path, err)
+		return ix.syncErr
 	}
 	return nil
 }
+
+// assumeSynced records that the file, as it is, is on stable storage,
+// as its owner knows (a clean close synced it and nothing wrote since):
+// the next sync has nothing to do until it changes.
+func (ix *file) assumeSynced() { ix.synced.Store(true) }
 
 // close unmaps and closes the file; a writable index is trimmed first when
 // trim is set.

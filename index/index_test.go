@@ -536,3 +536,48 @@ func TestFailedGrowthLeavesFileAsItWas(t *testing.T) {
 	require.False(t, x.Untrimmed())
 	require.NoError(t, x.Close())
 }
+
+// Sync of an index unchanged since its last Sync, or since AssumeSynced,
+// syncs nothing; every kind of change - an append, a truncation, a reset,
+// a trim - makes the next Sync sync again. A trim of a file that is its
+// entries already does not truncate it.
+func TestSyncOnlyWhenChanged(t *testing.T) {
+	var sw vfs.Switch
+	fsys := vfs.NewFaultFS(vfs.Default, sw.Inject)
+	p := filepath.Join(t.TempDir(), "i")
+	x, err := OpenOffset(fsys, p, 0, 1<<20, true)
+	require.NoError(t, err)
+	syncs := func() int {
+		t.Helper()
+		before := sw.Count(vfs.OpSync)
+		require.NoError(t, x.Sync())
+		return sw.Count(vfs.OpSync) - before
+	}
+	require.Equal(t, 1, syncs(), "a file just opened may hold what a crash left unsynced")
+	require.Zero(t, syncs())
+	for i := int64(1); i <= 5; i++ {
+		require.NoError(t, x.Append(i, i))
+	}
+	require.Equal(t, 1, syncs())
+	require.Zero(t, syncs())
+	x.TruncateAt(4, 4)
+	require.Equal(t, 1, syncs())
+	x.Reset()
+	require.Equal(t, 1, syncs())
+	require.NoError(t, x.Append(1, 1))
+	require.NoError(t, x.Sync())
+	require.NoError(t, x.Trim())
+	require.Equal(t, 1, syncs(), "the trim cut the file")
+	require.NoError(t, x.Close())
+
+	// Reopened as its owner's clean close left it: trimmed and synced.
+	x, err = OpenOffset(fsys, p, 0, 1<<20, true)
+	require.NoError(t, err)
+	x.AssumeSynced()
+	require.Zero(t, syncs())
+	truncs := sw.Count(vfs.OpTruncate)
+	require.NoError(t, x.Trim())
+	require.Equal(t, truncs, sw.Count(vfs.OpTruncate), "the file is its entries already")
+	require.Zero(t, syncs())
+	require.NoError(t, x.Close())
+}

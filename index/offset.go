@@ -159,6 +159,11 @@ func (x *Offset) Trim() error { return x.trim() }
 // Sync makes the entries durable.
 func (x *Offset) Sync() error { return x.sync() }
 
+// AssumeSynced records that the file, as it is, is on stable storage (its
+// owner closed it cleanly after syncing it, and nothing wrote since): Sync
+// does nothing until the index changes.
+func (x *Offset) AssumeSynced() { x.assumeSynced() }
+
 // Close unmaps and closes the index; a writable one is trimmed first.
 func (x *Offset) Close() error { return x.close(true) }
 

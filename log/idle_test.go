@@ -2,10 +2,12 @@ package log
 
 import (
 	"math/rand/v2"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/vfs"
+	"github.com/spoolmq/spool/segment"
 	"github.com/stretchr/testify/require"
 )
 
@@ -100,6 +102,66 @@ func TestIdleCheckpointDoesNoIO(t *testing.T) {
 			defer l.Close()
 			require.Equal(t, end, l.EndOffset())
 			checkRecords(t, readAll(t, l, end-30), end-30, end)
+		})
+	}
+}
+
+// Reopening a log closed cleanly, and closing it again unchanged, syncs
+// none of its segment files: the clean close synced them, and they are as
+// it left them. What is left is the checkpoint: Open records the log open
+// (until a clean close a restart must recover), Close records it closed.
+// Any change in between is synced by Close, and what was appended is
+// there after another reopen.
+func TestCleanReopenSyncsOnlyTheCheckpoint(t *testing.T) {
+	for _, flush := range []FlushPolicy{Sync, None} {
+		t.Run(flush.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			var segmentSyncs, otherSyncs atomic.Int64
+			opts := tiny()
+			opts.Flush = flush
+			opts.fs = vfs.NewFaultFS(vfs.Default, func(op vfs.Op, path string, n int) (int, error) {
+				if op == vfs.OpSync {
+					if _, _, ok := segment.ParseFileName(filepath.Base(path)); ok {
+						segmentSyncs.Add(1)
+					} else {
+						otherSyncs.Add(1)
+					}
+				}
+				return n, nil
+			})
+			l, err := Open(dir, opts)
+			require.NoError(t, err)
+			rng := rand.New(rand.NewPCG(3, 3))
+			end := appendN(t, l, 100, 3, rng)
+			require.Greater(t, l.NumSegments(), 1)
+			require.NoError(t, l.Close())
+
+			for round := range 3 {
+				segmentSyncs.Store(0)
+				otherSyncs.Store(0)
+				l, info, err := OpenWithInfo(dir, opts)
+				require.NoError(t, err)
+				require.True(t, info.Clean)
+				require.Equal(t, end, l.EndOffset())
+				require.Zero(t, segmentSyncs.Load(), "round %d: Open synced segment files of a clean log", round)
+				require.Equal(t, int64(1), otherSyncs.Load(), "round %d: Open writes the checkpoint once", round)
+				require.NoError(t, l.Close())
+				require.Zero(t, segmentSyncs.Load(), "round %d: Close synced segment files of an unchanged log", round)
+				require.Equal(t, int64(2), otherSyncs.Load(), "round %d: Close writes the checkpoint once", round)
+			}
+
+			// A change is synced at Close, and survives.
+			l, err = Open(dir, opts)
+			require.NoError(t, err)
+			segmentSyncs.Store(0)
+			end = appendN(t, l, 5, 1, rng)
+			require.NoError(t, l.Close())
+			require.NotZero(t, segmentSyncs.Load())
+			l, info, err := OpenWithInfo(dir, opts)
+			require.NoError(t, err)
+			require.True(t, info.Clean)
+			require.Equal(t, end, l.EndOffset())
+			require.NoError(t, l.Close())
 		})
 	}
 }

@@ -408,9 +408,18 @@ func (l *Log) openSegments(bases []int64, cp Checkpoint, info *RecoveryInfo) err
 		if active.Base() == cp.RecoveryPoint.SegmentBase && active.Size() != cp.RecoveryPoint.Position {
 			err = fmt.Errorf("%s is %d bytes, %d at the clean close", active.Path(), active.Size(), cp.RecoveryPoint.Position)
 		} else {
+			// The clean close synced the segment it names and that
+			// segment's indexes before recording itself, and the
+			// segment is the size it left: the flush at the end of
+			// load need not sync them again (whatever Resume writes
+			// to the indexes, it syncs).
+			if active.Base() == cp.RecoveryPoint.SegmentBase {
+				active.AssumeSynced()
+			}
 			err = active.Resume()
 		}
 		if err != nil {
+			active.ForgetSynced()
 			// The clean marker is wrong about this segment: check it.
 			l.logger.Warn("active segment disagrees with its clean close; checking it", "err", err)
 			info.SegmentsChecked++

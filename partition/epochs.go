@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -164,14 +165,22 @@ func (c *EpochCache) Latest() int32 {
 func (c *EpochCache) Assign(epoch int32, startOffset int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := len(c.entries); n > 0 && epoch <= c.entries[n-1].Epoch {
+	if !c.assignLocked(epoch, startOffset) {
 		return nil
+	}
+	return c.writeLocked()
+}
+
+// assignLocked is Assign in memory; it reports whether the entries changed.
+func (c *EpochCache) assignLocked(epoch int32, startOffset int64) bool {
+	if n := len(c.entries); n > 0 && epoch <= c.entries[n-1].Epoch {
+		return false
 	}
 	for len(c.entries) > 0 && c.entries[len(c.entries)-1].StartOffset >= startOffset {
 		c.entries = c.entries[:len(c.entries)-1]
 	}
 	c.entries = append(c.entries, EpochEntry{Epoch: epoch, StartOffset: startOffset})
-	return c.writeLocked()
+	return true
 }
 
 // EndOffsetFor answers Kafka's OffsetsForLeaderEpoch as KIP-279 has it: the
@@ -203,15 +212,24 @@ func (c *EpochCache) EndOffsetFor(epoch int32, logEnd int64) (int32, int64) {
 func (c *EpochCache) TruncateFromEnd(endOffset int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.truncateFromEndLocked(endOffset) {
+		return nil
+	}
+	return c.writeLocked()
+}
+
+// truncateFromEndLocked is TruncateFromEnd in memory; it reports whether
+// the entries changed.
+func (c *EpochCache) truncateFromEndLocked(endOffset int64) bool {
 	n := len(c.entries)
 	for n > 0 && c.entries[n-1].StartOffset >= endOffset {
 		n--
 	}
 	if n == len(c.entries) {
-		return nil
+		return false
 	}
 	c.entries = c.entries[:n]
-	return c.writeLocked()
+	return true
 }
 
 // TruncateFromStart drops the entries wholly before startOffset and moves
@@ -219,18 +237,27 @@ func (c *EpochCache) TruncateFromEnd(endOffset int64) error {
 func (c *EpochCache) TruncateFromStart(startOffset int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.truncateFromStartLocked(startOffset) {
+		return nil
+	}
+	return c.writeLocked()
+}
+
+// truncateFromStartLocked is TruncateFromStart in memory; it reports
+// whether the entries changed.
+func (c *EpochCache) truncateFromStartLocked(startOffset int64) bool {
 	i := 0
 	for i+1 < len(c.entries) && c.entries[i+1].StartOffset <= startOffset {
 		i++
 	}
 	if i == 0 && (len(c.entries) == 0 || c.entries[0].StartOffset >= startOffset) {
-		return nil
+		return false
 	}
 	c.entries = append([]EpochEntry(nil), c.entries[i:]...)
 	if c.entries[0].StartOffset < startOffset {
 		c.entries[0].StartOffset = startOffset
 	}
-	return c.writeLocked()
+	return true
 }
 
 // Reset replaces the entries (a rebuild from the log's batch headers).
@@ -238,5 +265,31 @@ func (c *EpochCache) Reset(entries []EpochEntry) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.entries = append([]EpochEntry(nil), entries...)
+	return c.writeLocked()
+}
+
+// settle brings the entries into line with a log opened from start to end,
+// as Open does: the entries at or past end go (they held no records), the
+// first starts no earlier than start, and, unless the partition is
+// replicated, epoch begins at end after check has approved the entries
+// kept. It writes the file once, and only if the entries differ from what
+// it holds (or force): reopening an idle partition, whose own epoch the
+// file already ends with, writes nothing - that one entry is dropped as
+// empty and assigned again, which used to cost two atomic rewrites.
+func (c *EpochCache) settle(start, end int64, assign bool, epoch int32, check func([]EpochEntry) error, force bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	before := slices.Clone(c.entries)
+	c.truncateFromEndLocked(end)
+	c.truncateFromStartLocked(start)
+	if assign {
+		if err := check(slices.Clone(c.entries)); err != nil {
+			return err
+		}
+		c.assignLocked(epoch, end)
+	}
+	if !force && slices.Equal(before, c.entries) {
+		return nil
+	}
 	return c.writeLocked()
 }

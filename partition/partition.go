@@ -109,32 +109,27 @@ func Open(dir, topic string, id int32, opts Options) (*Partition, error) {
 // it is damaged, trims it to the log, and starts this broker's epoch.
 func (p *Partition) loadEpochs(opts Options) error {
 	c, err := OpenEpochCache(nil, p.dir)
+	rebuilt := false
 	if errors.Is(err, ErrBadEpochFile) {
 		c, err = newEpochCache(nil, p.dir), nil
 		entries, rerr := p.scanEpochs()
 		if rerr != nil {
 			return rerr
 		}
-		if err := c.Reset(entries); err != nil {
-			return err
-		}
+		c.entries, rebuilt = entries, true // written by settle
 	}
 	if err != nil {
 		return err
 	}
-	if err := c.TruncateFromEnd(p.log.EndOffset()); err != nil {
-		return err
-	}
-	if err := c.TruncateFromStart(p.log.StartOffset()); err != nil {
-		return err
-	}
-	if !opts.Replicated {
-		if err := VerifyEpochs(c.Entries(), p.log.EndOffset(), opts.LeaderEpoch); err != nil {
+	end := p.log.EndOffset()
+	check := func(entries []EpochEntry) error {
+		if err := VerifyEpochs(entries, end, opts.LeaderEpoch); err != nil {
 			return fmt.Errorf("partition %s-%d: %w", p.topic, p.id, err)
 		}
-		if err := c.Assign(opts.LeaderEpoch, p.log.EndOffset()); err != nil {
-			return err
-		}
+		return nil
+	}
+	if err := c.settle(p.log.StartOffset(), end, !opts.Replicated, opts.LeaderEpoch, check, rebuilt); err != nil {
+		return err
 	}
 	p.epochs = c
 	return nil

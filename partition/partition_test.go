@@ -114,12 +114,47 @@ func TestPartitionEpochsSurviveAndRebuild(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []EpochEntry{{0, 0}, {3, 20}}, p.Epochs().Entries())
 	require.NoError(t, p.Close())
+	onDisk, err := OpenEpochCache(nil, dir)
+	require.NoError(t, err, "the rebuilt cache was written")
+	require.Equal(t, []EpochEntry{{0, 0}, {3, 20}}, onDisk.Entries())
 
 	// A broker may not lead in an epoch older than the log's.
 	o.LeaderEpoch = 1
 	_, err = Open(dir, "t", 0, o)
 	require.ErrorIs(t, err, ErrNewerLeaderEpoch)
 	require.ErrorIs(t, VerifyEpochs([]EpochEntry{{0, 0}, {3, 20}}, 25, 1), ErrNewerLeaderEpoch, "what tools check, without opening")
+}
+
+// Reopening an idle partition leaves its leader-epoch file alone: its one
+// entry, the epoch it is opened in starting at the log end, is dropped as
+// empty and assigned again, and rewriting the file for that cost two
+// atomic replacements (four fsyncs) per partition at every broker Open.
+func TestReopenIdleKeepsEpochFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, EpochFile)
+	p, err := Open(dir, "t", 0, opts(log.None))
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+	before, err := os.Stat(path)
+	require.NoError(t, err)
+
+	p, err = Open(dir, "t", 0, opts(log.None))
+	require.NoError(t, err)
+	require.Equal(t, []EpochEntry{{0, 0}}, p.Epochs().Entries())
+	require.NoError(t, p.Close())
+	after, err := os.Stat(path)
+	require.NoError(t, err)
+	require.True(t, os.SameFile(before, after), "the epoch file was replaced")
+
+	// A new epoch is still written.
+	o := opts(log.None)
+	o.LeaderEpoch = 2
+	p, err = Open(dir, "t", 0, o)
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+	c, err := OpenEpochCache(nil, dir)
+	require.NoError(t, err)
+	require.Equal(t, []EpochEntry{{2, 0}}, c.Entries())
 }
 
 func TestVerifyEpochs(t *testing.T) {

@@ -173,6 +173,14 @@ type Segment struct {
 	txnMu sync.Mutex // guards txn
 	txn   txnIndex   // the .txnindex, loaded on first use
 
+	// synced is true while the .log file, as it is, is on stable storage:
+	// set by a successful Sync (or AssumeSynced), cleared after every write
+	// or truncation, so that Sync of an unchanged segment costs nothing.
+	// syncMu makes a Sync that finds it set wait for one in flight.
+	syncMu  sync.Mutex
+	synced  atomic.Bool
+	syncErr error // the first failed fsync; every later Sync returns it; guarded by syncMu
+
 	refs        atomic.Int64 // the log's reference plus one per reader
 	closeOnce   sync.Once
 	closeErr    error

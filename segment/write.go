@@ -60,7 +60,9 @@ func (s *Segment) Append(b record.Batch) (pos int64, err error) {
 	}
 	ix := s.idx.Load()
 	pos = s.size.Load()
-	if _, err := s.f.WriteAt(b.Bytes(), pos); err != nil {
+	_, err = s.f.WriteAt(b.Bytes(), pos)
+	s.synced.Store(false)
+	if err != nil {
 		werr := fmt.Errorf("segment: write %s at %d: %w", s.logPath, pos, err)
 		if terr := s.f.Truncate(pos); terr != nil {
 			return pos, errors.Join(werr, fmt.Errorf("segment: cut back %s to %d: %w", s.logPath, pos, terr))
@@ -149,13 +151,49 @@ func (s *Segment) PrepareCleanClose() error {
 	return s.finalEntries(s.idx.Load())
 }
 
-// Sync flushes the .log file to stable storage.
+// Sync flushes the .log file to stable storage. A segment not written or
+// truncated since its last Sync (or AssumeSynced) is not fsynced again.
+// The flag is set before the fsync: a write while it runs clears it again
+// once written, so the next Sync covers it. A failed fsync fails every
+// later Sync of the segment: the kernel may have dropped the pages it could
+// not write, and a later fsync that succeeds says nothing about them (two
+// callers racing to sync, one seeing the failure, must not have the other
+// report the data durable).
 func (s *Segment) Sync() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if s.syncErr != nil {
+		return s.syncErr
+	}
+	if s.synced.Load() {
+		return nil
+	}
+	s.synced.Store(true)
 	if err := s.f.Sync(); err != nil {
-		return fmt.Errorf("segment: fsync %s: %w", s.logPath, err)
+		s.synced.Store(false)
+		s.syncErr = fmt.Errorf("segment: fsync %s: %w", s.logPath, err)
+		return s.syncErr
 	}
 	return nil
 }
+
+// AssumeSynced records that the segment's .log file and its loaded index
+// files, as they are, are on stable storage: the log closed it cleanly,
+// having synced them, and nothing has written since. Sync and SyncIndexes
+// then do nothing until something changes. A caller that finds the files
+// other than the clean close left them must not call it (or must call
+// ForgetSynced before relying on a Sync).
+func (s *Segment) AssumeSynced() {
+	s.synced.Store(true)
+	if ix := s.idx.Load(); ix != nil {
+		ix.off.AssumeSynced()
+		ix.tim.AssumeSynced()
+	}
+}
+
+// ForgetSynced undoes AssumeSynced for the .log file (the index files are
+// marked unsynced by any change to them): the next Sync fsyncs it.
+func (s *Segment) ForgetSynced() { s.synced.Store(false) }
 
 // SyncIndexes flushes both index files to stable storage.
 func (s *Segment) SyncIndexes() error {
@@ -180,7 +218,9 @@ func (s *Segment) Truncate(offset int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := s.f.Truncate(h.Position); err != nil {
+	err = s.f.Truncate(h.Position)
+	s.synced.Store(false)
+	if err != nil {
 		return 0, fmt.Errorf("segment: truncate %s to %d: %w", s.logPath, h.Position, err)
 	}
 	if _, err := s.restore(h.Position, h.Position, false); err != nil {

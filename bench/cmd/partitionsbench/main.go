@@ -1,7 +1,7 @@
 // Command partitionsbench measures what an embedded spool broker costs per
 // partition (issue 16, item 2): N partitions on one broker, RF=1.
 //
-//	cd bench && go run ./cmd/partitionsbench [--partitions 1000] [--topics 1] [--records 200000] [--markdown]
+//	cd bench && go run ./cmd/partitionsbench [--partitions 1000] [--topics 1] [--records 200000] [--markdown] [--cpuprofile file]
 //
 // Every phase runs in a child process (this binary re-executed with
 // --child), so that each measures a fresh process and a crash can be a real
@@ -71,6 +71,7 @@ type config struct {
 	keep       bool
 	phases     string
 	memProfile string
+	cpuProfile string
 }
 
 // measure is what one child reports, as one JSON line on stdout.
@@ -110,6 +111,7 @@ func main() {
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the data directory")
 	flag.StringVar(&cfg.phases, "phases", "create,open,crash,produce", "phases to run, in this order")
 	flag.StringVar(&cfg.memProfile, "memprofile", "", "write a heap profile of the idle broker after the open phase to this file")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each phase, from Open to Close, to this file with .<phase> appended (open after a crash: .open-after-crash)")
 	flag.Parse()
 	if cfg.partitions < 1 || cfg.topics < 1 || cfg.partitions%cfg.topics != 0 {
 		fatalf("--partitions must be a positive multiple of --topics")
@@ -207,7 +209,7 @@ func run(cfg config) error {
 // runPhase runs one phase in a child process. A crash child is killed with
 // SIGKILL once it has reported.
 func runPhase(self, phase string, cfg config, data string, kill bool) (measure, error) {
-	args := []string{"--child", phase, "--dir", data, "--memprofile", cfg.memProfile,
+	args := []string{"--child", phase, "--dir", data, "--memprofile", cfg.memProfile, "--cpuprofile", cfg.cpuProfile,
 		"--partitions", strconv.Itoa(cfg.partitions), "--topics", strconv.Itoa(cfg.topics),
 		"--records", strconv.Itoa(cfg.records)}
 	cmd := exec.Command(self, args...)
@@ -316,6 +318,13 @@ func runChild(phase string, cfg config) (measure, error) {
 	ctx := context.Background()
 	opts := spool.Options{Flush: log.None}
 	m.BaseRSS, m.BaseFDs, m.BaseGor, m.BaseFile = rss(), countFDs(nil), runtime.NumGoroutine(), status("RssFile:")
+	if cfg.cpuProfile != "" {
+		stop, err := startCPUProfile(cfg.cpuProfile, phase, cfg.dir)
+		if err != nil {
+			return m, err
+		}
+		defer stop()
+	}
 	began := time.Now()
 	b, err := spool.Open(cfg.dir, opts)
 	if err != nil {
@@ -407,6 +416,7 @@ func runChild(phase string, cfg config) (measure, error) {
 		}
 	}
 	if phase == "crash" {
+		pprof.StopCPUProfile() // the deferred stop never runs
 		json.NewEncoder(os.Stdout).Encode(m)
 		select {} // wait for SIGKILL
 	}
@@ -547,3 +557,27 @@ func diskUsage(dir string) (alloc, size int64) {
 	})
 	return alloc, size
 }
+
+// startCPUProfile profiles the phase into path.<phase>; an open phase
+// after a crash (the data directory holds a log not closed cleanly)
+// writes path.open-after-crash.
+func startCPUProfile(path, phase, dir string) (stop func(), err error) {
+	if phase == "open" {
+		if cp, err := log.ReadCheckpoint(filepath.Join(dir, partitionDirOf(0, 0))); err == nil && !cp.CleanShutdown {
+			phase = "open-after-crash"
+		}
+	}
+	f, err := os.Create(path + "." + phase)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// partitionDirOf is the directory, under the data directory, of partition
+// p of topic t.
+func partitionDirOf(t, p int) string { return fmt.Sprintf("%s-%d", topicName(t), p) }
