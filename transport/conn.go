@@ -329,15 +329,6 @@ func (c *conn) handle(frame []byte) (ok bool) {
 	// frames the pool is for.
 	req.body = nil
 	c.releaseFrame()
-	if req.key == kmsg.Produce.Int16() {
-		// A Produce handler returns only once its batches are written
-		// to the log (or refused), and nothing it answers points into
-		// the frame (kmsg copies strings): the buffer can take the
-		// next large frame. Produce frames are the large ones that
-		// stream in; this spares the heap faulting in fresh pages for
-		// each.
-		c.s.memory.recycle(frame)
-	}
 	if err != nil {
 		c.s.metrics.record(req, handled, time.Time{}, 0, true)
 		c.s.logger.Debug("closing connection", "remote", c.remote, "api", kmsg.NameForKey(req.key), "err", err)

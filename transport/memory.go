@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -42,19 +41,14 @@ type requestMemory struct {
 	limit int64 // <= 0: no bound, only counted
 
 	// abandoned holds, by capacity, the buffers of large frames that
-	// nothing references any more, for a later frame of the same size
-	// class to read into instead of allocating: frames that never
-	// arrived whole (their connection timed out or went: no handler ever
-	// saw them), so that a flood of stalled requests cycles through the
-	// same memory rather than leaving a pool's worth of garbage for the
-	// collector at each round; and served Produce frames, whose batches
-	// the log has written (see conn.handle), so that a producer's stream
-	// of large requests does not fault in fresh heap for each one. A
+	// never arrived whole (their connection timed out or went): no
+	// handler ever saw them, so a later frame of the same size class can
+	// read into one instead of allocating, and a flood of stalled
+	// requests cycles through the same memory rather than leaving a
+	// pool's worth of garbage for the collector at each round. A
 	// sync.Pool, so that the collector still takes those no frame
 	// reuses.
 	abandoned sync.Map // int -> *sync.Pool of []byte
-	// reused counts frames read into a recycled buffer, for tests.
-	reused atomic.Int64
 
 	mu      sync.Mutex
 	used    int64
@@ -160,7 +154,7 @@ func (m *requestMemory) release(n int64) {
 // largeFrame is the least frame whose buffer is sized by class and
 // reused once abandoned; smaller ones are allocated exactly and left to
 // the collector.
-const largeFrame = 64 << 10
+const largeFrame = 1 << 20
 
 // frameCap is the capacity to reserve and allocate for a frame of n bytes:
 // n rounded up to an eighth of its power of two (at most 12.5% more) for a
@@ -184,17 +178,15 @@ func (m *requestMemory) frameCap(n int) int {
 func (m *requestMemory) buffer(n, capacity int) []byte {
 	if p, ok := m.abandoned.Load(capacity); ok {
 		if b, ok := p.(*sync.Pool).Get().(*[]byte); ok {
-			m.reused.Add(1)
 			return (*b)[:n]
 		}
 	}
 	return make([]byte, n, capacity)
 }
 
-// recycle keeps the buffer of a frame nothing references any more, for
-// the next frame of its size class: one that was never served, or a
-// served Produce frame. Not other served frames: a request's decoded body
-// points into its frame, and a handler may keep parts of it.
+// recycle keeps the buffer of a frame that was never served, for the next
+// frame of its size class. Only such buffers: a served request's decoded
+// body points into its frame, and a handler may keep parts of it.
 func (m *requestMemory) recycle(b []byte) {
 	if cap(b) < largeFrame || cap(b) != m.frameCap(cap(b)) {
 		return

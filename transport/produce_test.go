@@ -9,7 +9,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -796,57 +795,4 @@ func BenchmarkProduceFranzGo(b *testing.B) {
 		b.Fatal(*err)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "records/s")
-}
-
-// TestProduceFrameReuse: a served Produce frame's buffer takes the next
-// large frame (the heap is not grown for each), and what the earlier
-// request wrote is intact after its frame was overwritten by the next
-// one: 20 requests of 300 KiB batches with distinct contents, each read
-// back byte for byte, on one connection and over a 2-partition request.
-func TestProduceFrameReuse(t *testing.T) {
-	b, s, addr := testServer(t, spool.Options{Flush: log.None}, Options{})
-	prodCreateTopic(t, b, "reuse", 2)
-	c := prodDial(t, addr)
-	value := func(req, rec int) []byte {
-		v := make([]byte, 3000)
-		for i := range v {
-			v[i] = byte('a' + (req*7+rec*3+i)%26)
-		}
-		copy(v, fmt.Sprintf("%d/%d;", req, rec))
-		return v
-	}
-	batch := func(req int, part int32) []byte {
-		recs := make([]record.Record, 50)
-		for i := range recs {
-			recs[i] = record.Record{Value: value(req, i+int(part)*50)}
-		}
-		bt, err := record.NewBatch(recs, record.BatchOptions{})
-		require.NoError(t, err)
-		return bt.Bytes()
-	}
-	// No collection while it runs: a sync.Pool gives up what it holds
-	// to the collector, which the count below is not about.
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	reused := s.memory.reused.Load()
-	const requests = 20
-	for r := range requests {
-		req := prodRequest(9, -1, "reuse", 0, batch(r, 0))
-		rp := kmsg.NewProduceRequestTopicPartition()
-		rp.Partition, rp.Records = 1, batch(r, 1)
-		req.Topics[0].Partitions = append(req.Topics[0].Partitions, rp)
-		resp := prodCall[*kmsg.ProduceResponse](t, c, int32(r), req)
-		for _, p := range resp.Topics[0].Partitions {
-			require.Zero(t, p.ErrorCode, "request %d partition %d", r, p.Partition)
-		}
-	}
-	require.Greater(t, s.memory.reused.Load()-reused, int64(requests/2), "frames read into recycled buffers")
-	for part := range int32(2) {
-		vals := prodReadBack(t, b, "reuse", part)
-		require.Len(t, vals, requests*50)
-		for r := range requests {
-			for i := range 50 {
-				require.Equal(t, string(value(r, i+int(part)*50)), vals[r*50+i], "partition %d request %d record %d", part, r, i)
-			}
-		}
-	}
 }
