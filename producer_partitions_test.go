@@ -90,6 +90,47 @@ func waitGroup(t *testing.T, wg *sync.WaitGroup) {
 	}
 }
 
+// holdSenders makes p believe its sender pool is full, so that no sender
+// starts and the test decides when a ready batch is taken.
+func holdSenders(p *Producer) {
+	p.mu.Lock()
+	p.senders = p.maxSenders
+	p.mu.Unlock()
+}
+
+// releaseSender lets one sender run. The caller holds p.mu.
+func releaseSender(p *Producer) {
+	p.senders = 1
+	p.goroutines.Go(p.sendLoop)
+}
+
+// offsetRecorder collects the offsets and errors Produce's callbacks
+// report, from whichever goroutine runs them.
+type offsetRecorder struct {
+	mu      sync.Mutex
+	offsets []int64
+	errs    []error
+}
+
+func (r *offsetRecorder) callback(md RecordMetadata, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.offsets = append(r.offsets, md.Offset)
+	if err != nil {
+		r.errs = append(r.errs, err)
+	}
+}
+
+// check asserts that no callback reported an error and that the offsets
+// came in the order given.
+func (r *offsetRecorder) check(t *testing.T, want ...int64) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Empty(t, r.errs)
+	require.Equal(t, want, r.offsets)
+}
+
 // TestProducerLingeredBatchTakesRecordsUntilSent checks the accumulator's
 // rule for the broker's own partitions: a batch that has waited out Linger
 // is queued for a sender but stays open, and a record produced before a
@@ -104,21 +145,9 @@ func TestProducerLingeredBatchTakesRecordsUntilSent(t *testing.T) {
 	p, err := b.NewProducer(ProducerConfig{Linger: time.Hour})
 	require.NoError(t, err)
 
-	p.mu.Lock()
-	p.senders = p.maxSenders // no sender is started
-	p.mu.Unlock()
-
-	var mu sync.Mutex
-	var offsets []int64
-	var errs []error
-	cb := func(md RecordMetadata, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		offsets = append(offsets, md.Offset)
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
+	holdSenders(p)
+	var rec offsetRecorder
+	cb := rec.callback
 	p.Produce(ctx, Record{Topic: "t", Value: []byte("a")}, cb)
 	p.sealDue(time.Now().Add(2 * time.Hour))
 
@@ -132,16 +161,12 @@ func TestProducerLingeredBatchTakesRecordsUntilSent(t *testing.T) {
 	p.Produce(ctx, Record{Topic: "t", Value: []byte("b")}, cb)
 	p.mu.Lock()
 	require.Equal(t, 2, a.open.bld.Len(), "the record joins the lingered batch")
-	p.senders = 1 // let one sender take it
-	p.goroutines.Go(p.sendLoop)
+	releaseSender(p)
 	p.mu.Unlock()
 
 	require.NoError(t, p.Flush(ctx))
 	require.Equal(t, int64(1), p.Stats().Batches, "one batch written")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Empty(t, errs)
-	require.Equal(t, []int64{0, 1}, offsets)
+	rec.check(t, 0, 1)
 	require.NoError(t, p.Close())
 }
 
@@ -159,17 +184,9 @@ func TestProducerSyncGroupCommit(t *testing.T) {
 
 	p, err := b.NewProducer(ProducerConfig{})
 	require.NoError(t, err)
-	p.mu.Lock()
-	p.senders = p.maxSenders // no sender is started
-	p.mu.Unlock()
-	var mu sync.Mutex
-	var offsets []int64
-	cb := func(md RecordMetadata, err error) {
-		require.NoError(t, err)
-		mu.Lock()
-		defer mu.Unlock()
-		offsets = append(offsets, md.Offset)
-	}
+	holdSenders(p)
+	var rec offsetRecorder
+	cb := rec.callback
 	p.Produce(ctx, Record{Topic: "t", Value: []byte("a")}, cb)
 	p.mu.Lock()
 	a := p.topics["t"].accums[0]
@@ -180,14 +197,11 @@ func TestProducerSyncGroupCommit(t *testing.T) {
 	p.Produce(ctx, Record{Topic: "t", Value: []byte("b")}, cb)
 	p.mu.Lock()
 	require.Equal(t, 2, a.open.bld.Len(), "the next record joins the batch")
-	p.senders = 1
-	p.goroutines.Go(p.sendLoop)
+	releaseSender(p)
 	p.mu.Unlock()
 	require.NoError(t, p.Flush(ctx))
 	require.Equal(t, int64(1), p.Stats().Batches, "one batch, one fsync")
-	mu.Lock()
-	require.Equal(t, []int64{0, 1}, offsets)
-	mu.Unlock()
+	rec.check(t, 0, 1)
 	require.NoError(t, p.Close())
 
 	// An explicit Linger is waited out.
@@ -198,5 +212,6 @@ func TestProducerSyncGroupCommit(t *testing.T) {
 	require.False(t, p.topics["t"].accums[0].sending, "an explicit Linger: not ready yet")
 	p.mu.Unlock()
 	require.NoError(t, p.Flush(ctx))
+	rec.check(t, 0, 1, 2)
 	require.NoError(t, p.Close())
 }
