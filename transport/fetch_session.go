@@ -121,7 +121,7 @@ func keyOf(topic string, id [16]byte, part int32, byID bool) sessionKey {
 // on the use it returns (with the response) or release it.
 func (fs *fetchSessions) begin(body *kmsg.FetchRequest, version int16, now time.Time) (*fetchSessionUse, int16) {
 	u := &fetchSessionUse{fs: fs}
-	if fs == nil || fs.slots <= 0 || version < 7 {
+	if fs.slots <= 0 || version < 7 {
 		return u, errNone
 	}
 	byID := version >= 13

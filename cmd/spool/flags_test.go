@@ -53,7 +53,7 @@ func TestNoFlagIsIgnored(t *testing.T) {
 		{"repair", false, "dry-run"},
 		{"serve", false, "advertised-addr advertised-listeners authorizer auto-create-topics cluster-id config " +
 			"config-strict connections-max-idle controller-listen controller-quorum-voters data " +
-			"default-replication-factor dial-map flush group-consumer-heartbeat-interval " +
+			"default-replication-factor dial-map fetch-session-cache-slots flush group-consumer-heartbeat-interval " +
 			"group-consumer-session-timeout group-initial-rebalance-delay group-max-session-timeout " +
 			"group-min-session-timeout inter-broker-listener-name listen listener-security-protocol-map " +
 			"listeners log-cleanup-policy log-format log-level log-retention log-retention-bytes " +

@@ -56,6 +56,8 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		"allow at most `n` connections open at once (max.connections); beyond, new ones wait in the listen backlog until one closes; -1: no limit")
 	maxConnsPerIP := fs.Int("max-connections-per-ip", transport.DefaultMaxConnectionsPerIP,
 		"allow at most `n` connections open at once from one IP address (max.connections.per.ip); more are closed as soon as accepted; -1: no limit")
+	fetchSessions := fs.Int("fetch-session-cache-slots", transport.DefaultFetchSessionCacheSlots,
+		"keep at most `n` incremental fetch sessions at once (KIP-227, max.incremental.fetch.session.cache.slots), so that consumers of many partitions send only what changed; 0: none, every fetch names all its partitions")
 	maxRequest := fs.Int("socket-request-max-bytes", transport.DefaultMaxRequestBytes,
 		"the largest request, in `bytes` (socket.request.max.bytes); a larger one closes its connection")
 	queuedMax := fs.Int64("queued-max-request-bytes", transport.DefaultQueuedMaxRequestBytes,
@@ -263,6 +265,13 @@ func runServe(ctx context.Context, args []string, _ io.Reader, _, stderr io.Writ
 		if f.v == 0 || f.v < -1 {
 			return usageErr("%s must be positive, or -1 for no limit, not %d", f.name, f.v)
 		}
+	}
+	if *fetchSessions < 0 {
+		return usageErr("--fetch-session-cache-slots must not be negative, not %d", *fetchSessions)
+	}
+	opts.FetchSessionCacheSlots = *fetchSessions
+	if *fetchSessions == 0 {
+		opts.FetchSessionCacheSlots = -1 // transport: 0 is the default, below 0 none
 	}
 	if *maxRequest < 8 {
 		return usageErr("--socket-request-max-bytes must be at least 8 (a request header), not %d", *maxRequest)
@@ -482,7 +491,7 @@ func serve(ctx context.Context, b *spool.Broker, opts transport.Options, listene
 		logger.Info("listening", "addr", l.Addr().String(), "advertised", advertisedAddr(listeners[i].cfg, l.Addr()), "listener", listeners[i].cfg.Name, "security", listeners[i].cfg.SecurityProtocol(),
 			"data", b.Dir(), "node_id", opts.NodeID, "cluster_id", srv.ClusterID(), "sasl", listeners[i].cfg.SASL, "tls", listeners[i].cfg.TLS != nil,
 			"max_connections", opts.MaxConnections, "max_connections_per_ip", opts.MaxConnectionsPerIP,
-			"queued_max_request_bytes", opts.QueuedMaxRequestBytes)
+			"queued_max_request_bytes", opts.QueuedMaxRequestBytes, "fetch_session_cache_slots", max(opts.FetchSessionCacheSlots, 0))
 	}
 	if len(ls) > 1 {
 		for i, l := range ls {

@@ -219,6 +219,7 @@ func TestServeErrors(t *testing.T) {
 		{"--log-level", "loud"},
 		{"--max-connections", "0"},
 		{"--max-connections-per-ip", "-2"},
+		{"--fetch-session-cache-slots", "-1"},
 		{"--queued-max-request-bytes", "0"},
 		{"--socket-request-max-bytes", "4"},
 		{"--socket-request-max-bytes", "2000000", "--queued-max-request-bytes", "1999999"},
@@ -455,5 +456,57 @@ func TestServeListeners(t *testing.T) {
 	} {
 		code, _, stderr := runTool(t, append([]string{"serve", "--data", t.TempDir()}, args...)...)
 		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
+	}
+}
+
+// TestServeFetchSessionSlots: --fetch-session-cache-slots reaches the
+// server. A full fetch at session epoch 0 gets a session id from a server
+// with the default slots, and none from one started with 0 - the consumer
+// then goes on with full fetches.
+func TestServeFetchSessionSlots(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		session bool
+	}{{nil, true}, {[]string{"--fetch-session-cache-slots", "0"}, false}} {
+		s := startServe(t, append([]string{"--data", t.TempDir()}, tc.args...)...)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(s.addr), kgo.RequestRetries(2))
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		ct := kmsg.NewPtrCreateTopicsRequest()
+		ctt := kmsg.NewCreateTopicsRequestTopic()
+		ctt.Topic, ctt.NumPartitions, ctt.ReplicationFactor = "fs", 1, 1
+		ct.Topics = append(ct.Topics, ctt)
+		ctResp, err := ct.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		require.Zero(t, ctResp.Topics[0].ErrorCode)
+
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 0
+		req.MaxBytes = 1 << 20
+		req.SessionEpoch = 0
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = "fs", ctResp.Topics[0].TopicID // kgo sends the newest version both sides know
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.PartitionMaxBytes = 1 << 20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		var resp *kmsg.FetchResponse
+		// The topic's leadership may take a moment to reach metadata.
+		for i := 0; ; i++ {
+			resp, err = req.RequestWith(ctx, cl)
+			require.NoError(t, err)
+			require.Zero(t, resp.ErrorCode)
+			require.Len(t, resp.Topics, 1)
+			if resp.Topics[0].Partitions[0].ErrorCode == 0 || i == 50 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		require.Zero(t, resp.Topics[0].Partitions[0].ErrorCode)
+		require.Equal(t, tc.session, resp.SessionID != 0, "%v: session id %d", tc.args, resp.SessionID)
+		cancel()
+		cl.Close()
+		require.Equal(t, 0, s.stop(t, syscall.SIGTERM))
 	}
 }

@@ -114,6 +114,7 @@ var configKeys = []configKey{
 	{key: "connections.max.idle.ms", flags: []string{"connections-max-idle"}, conv: msValue},
 	{key: "max.connections", flags: []string{"max-connections"}, conv: intValue},
 	{key: "max.connections.per.ip", flags: []string{"max-connections-per-ip"}, conv: intValue},
+	{key: "max.incremental.fetch.session.cache.slots", flags: []string{"fetch-session-cache-slots"}, conv: intValue},
 	{key: "sasl.enabled.mechanisms", conv: saslMechanisms},
 	{key: "spool.sasl.plain.users", flags: []string{"sasl-plain"}, secret: true},
 	{key: "spool.sasl.scram.sha.256.users", flags: []string{"sasl-scram-sha-256"}, secret: true},
