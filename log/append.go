@@ -29,7 +29,7 @@ func (l *Log) Append(recs ...record.Record) (int64, error) {
 // AppendRecords is Append that also returns the bytes of the batch it
 // wrote.
 func (l *Log) AppendRecords(recs []record.Record) (base int64, size int, err error) {
-	l.writers.Add(1) // before encoding: gatherWriters waits for us
+	l.enterWrite() // before encoding: gatherWriters waits for us
 	bp := l.batchBuf.Get().(*[]byte)
 	defer l.batchBuf.Put(bp)
 	buf, err := record.AppendBatch((*bp)[:0], recs, record.BatchOptions{Compression: l.opts.Compression, Now: l.opts.now()})
@@ -37,12 +37,12 @@ func (l *Log) AppendRecords(recs []record.Record) (base int64, size int, err err
 		*bp = buf[:0] // keep a grown buffer, but not a huge one
 	}
 	if err != nil {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return 0, 0, err
 	}
 	b, _, err := record.ParseBatch(buf)
 	if err != nil {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return 0, 0, err
 	}
 	base, err = l.append(b)
@@ -59,9 +59,9 @@ func (l *Log) AppendRecords(recs []record.Record) (base int64, size int, err err
 // AppendBatch stamps the base offset into b's bytes: the caller hands the
 // bytes over. The CRC does not cover the base offset, so it stays valid.
 func (l *Log) AppendBatch(b record.Batch) (int64, error) {
-	l.writers.Add(1)
+	l.enterWrite()
 	if err := l.checkProducerBatch(b); err != nil {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return 0, err
 	}
 	return l.append(b)
@@ -93,13 +93,13 @@ type Pending struct {
 // returns for it. A producer writes several batches of a partition this way
 // and waits once, so that one fsync covers them all.
 func (l *Log) AppendTrustedNoWait(b record.Batch) (int64, Pending, error) {
-	l.writers.Add(1)
+	l.enterWrite()
 	if b.IsZero() || len(b.Bytes()) < record.HeaderSize {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return 0, Pending{}, fmt.Errorf("%w: empty batch", ErrCorrupt)
 	}
 	if err := record.VerifyHeader(b.Bytes(), b.Size()); err != nil {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return 0, Pending{}, err
 	}
 	base, end, truncs, err := l.write(b, false)
@@ -113,13 +113,13 @@ func (l *Log) AppendTrustedNoWait(b record.Batch) (int64, Pending, error) {
 // bytes at the same offsets. The batch is verified first (framing, CRC-32C):
 // it came from another broker. Wait for durability with WaitDurable.
 func (l *Log) AppendReplicaNoWait(b record.Batch) (Pending, error) {
-	l.writers.Add(1)
+	l.enterWrite()
 	if b.IsZero() {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return Pending{}, fmt.Errorf("%w: empty batch", ErrCorrupt)
 	}
 	if err := b.Verify(); err != nil {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return Pending{}, err
 	}
 	_, end, truncs, err := l.write(b, true)
@@ -176,7 +176,7 @@ func (l *Log) checkProducerBatch(b record.Batch) error {
 }
 
 // append writes a checked batch and, under Sync, waits for the group fsync.
-// The caller has counted itself in l.writers; write undoes that once the
+// The caller has entered (enterWrite); write leaves once the
 // batch is written (or refused).
 func (l *Log) append(b record.Batch) (int64, error) {
 	base, end, truncs, err := l.write(b, false)
@@ -193,7 +193,7 @@ func (l *Log) append(b record.Batch) (int64, error) {
 // compiler could not open-code them, and the defer records it builds
 // instead cost every append more than the rest of its bookkeeping.
 func (l *Log) write(b record.Batch, replica bool) (base, end, truncs int64, err error) {
-	defer l.writers.Add(-1)
+	defer l.leaveWrite()
 	if b.Size() > l.opts.MaxMessageBytes {
 		return 0, 0, 0, fmt.Errorf("%w: batch of %d bytes is over MaxMessageBytes %d", record.ErrRecordTooLarge, b.Size(), l.opts.MaxMessageBytes)
 	}
@@ -400,6 +400,22 @@ func (l *Log) syncTo(target, truncs int64) error {
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// enterWrite counts an append in l.writers, for gatherWriters, until
+// leaveWrite. Only the Sync policy groups appends into an fsync: under the
+// others no append waits for one, and the two atomic updates are left out.
+func (l *Log) enterWrite() {
+	if l.opts.Flush.kind == flushSync {
+		l.writers.Add(1)
+	}
+}
+
+// leaveWrite undoes enterWrite.
+func (l *Log) leaveWrite() {
+	if l.opts.Flush.kind == flushSync {
+		l.writers.Add(-1)
 	}
 }
 

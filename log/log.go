@@ -75,7 +75,7 @@ type Log struct {
 	closed    atomic.Bool
 
 	// Group commit state (Sync policy).
-	writers     atomic.Int32 // appends between entering append and finishing the write
+	writers     atomic.Int32 // under Sync, appends between entering append and finishing the write
 	syncWaiters atomic.Int32 // callers in syncTo
 	syncMu      sync.Mutex
 	syncCond    *sync.Cond
