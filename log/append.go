@@ -29,6 +29,9 @@ func (l *Log) Append(recs ...record.Record) (int64, error) {
 // AppendRecords is Append that also returns the bytes of the batch it
 // wrote.
 func (l *Log) AppendRecords(recs []record.Record) (base int64, size int, err error) {
+	if l.opts.Compression == record.None && smallRecords(recs) {
+		return l.appendSmall(recs)
+	}
 	l.enterWrite() // before encoding: gatherWriters waits for us
 	bp := l.batchBuf.Get().(*[]byte)
 	defer l.batchBuf.Put(bp)
@@ -47,6 +50,64 @@ func (l *Log) AppendRecords(recs []record.Record) (base int64, size int, err err
 	}
 	base, err = l.append(b)
 	return base, b.Size(), err
+}
+
+// smallBatch bounds the batches appendSmall encodes and the buffer each log
+// keeps for them.
+const smallBatch = 4 << 10
+
+// smallRecords reports whether recs' keys and values take at most half of
+// smallBatch: their batch then fits it unless their headers are large (a
+// batch that does not fit is encoded all the same, in a buffer the log does
+// not keep).
+func smallRecords(recs []record.Record) bool {
+	n := 0
+	for i := range recs {
+		n += len(recs[i].Key) + len(recs[i].Value) + 32
+		if n > smallBatch/2 {
+			return false
+		}
+	}
+	return true
+}
+
+// appendSmall is AppendRecords for a small uncompressed batch: it encodes
+// under mu, into a buffer the log keeps for this (l.enc), rather than
+// outside it into a pooled one. For one small record the pool's Get and
+// Put cost more than encoding does, and encoding small records without
+// compression holds mu for less time than the write itself; batches that
+// compress, or are large, are encoded before mu is taken, so that
+// concurrent appends encode in parallel.
+func (l *Log) appendSmall(recs []record.Record) (base int64, size int, err error) {
+	l.enterWrite()
+	base, end, truncs, size, err := l.encodeAndWrite(recs)
+	l.leaveWrite()
+	if err != nil || l.opts.Flush.kind != flushSync {
+		return base, size, err
+	}
+	return base, size, l.syncTo(end, truncs)
+}
+
+// encodeAndWrite encodes recs into l.enc and writes the batch, under mu.
+func (l *Log) encodeAndWrite(recs []record.Record) (base, end, truncs int64, size int, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	buf, err := record.AppendBatch(l.enc[:0], recs, record.BatchOptions{Now: l.opts.now()})
+	if cap(buf) <= smallBatch {
+		l.enc = buf[:0] // a log keeps no more than this
+	}
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	b, _, err := record.ParseBatch(buf)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	if b.Size() > l.opts.MaxMessageBytes {
+		return 0, 0, 0, 0, fmt.Errorf("%w: batch of %d bytes is over MaxMessageBytes %d", record.ErrRecordTooLarge, b.Size(), l.opts.MaxMessageBytes)
+	}
+	base, end, truncs, err = l.writeHeld(b, false)
+	return base, end, truncs, b.Size(), err
 }
 
 // AppendBatch appends a batch a producer encoded (as a Kafka client sends
@@ -204,6 +265,11 @@ func (l *Log) write(b record.Batch, replica bool) (base, end, truncs int64, err 
 func (l *Log) writeLocked(b record.Batch, replica bool) (base, end, truncs int64, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.writeHeld(b, replica)
+}
+
+// writeHeld is write's work; mu is held.
+func (l *Log) writeHeld(b record.Batch, replica bool) (base, end, truncs int64, err error) {
 	if err := l.writable(); err != nil {
 		return 0, 0, 0, err
 	}

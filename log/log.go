@@ -63,6 +63,7 @@ type Log struct {
 	// mu serialises the writer: appends, rolls, truncation, deletion.
 	mu       sync.Mutex
 	active   *segment.Segment   // the last segment; guarded by mu
+	enc      []byte             // appendSmall's encoding buffer, at most smallBatch; guarded by mu
 	unsynced []*segment.Segment // sealed but not yet fsynced (not under Sync); guarded by mu
 
 	segs      atomic.Pointer[[]*segment.Segment] // immutable, sorted by base
