@@ -29,8 +29,10 @@ func (l *Log) Append(recs ...record.Record) (int64, error) {
 // AppendRecords is Append that also returns the bytes of the batch it
 // wrote.
 func (l *Log) AppendRecords(recs []record.Record) (base int64, size int, err error) {
-	if l.opts.Compression == record.None && smallRecords(recs) {
-		return l.appendSmall(recs)
+	if l.opts.Compression == record.None {
+		if small, stamp := smallRecords(recs); small {
+			return l.appendSmall(recs, stamp)
+		}
 	}
 	l.enterWrite() // before encoding: gatherWriters waits for us
 	bp := l.batchBuf.Get().(*[]byte)
@@ -59,16 +61,18 @@ const smallBatch = 4 << 10
 // smallRecords reports whether recs' keys and values take at most half of
 // smallBatch: their batch then fits it unless their headers are large (a
 // batch that does not fit is encoded all the same, in a buffer the log does
-// not keep).
-func smallRecords(recs []record.Record) bool {
+// not keep). If they do, stamp reports whether any record lacks a timestamp
+// and so needs the clock read.
+func smallRecords(recs []record.Record) (small, stamp bool) {
 	n := 0
 	for i := range recs {
 		n += len(recs[i].Key) + len(recs[i].Value) + 32
 		if n > smallBatch/2 {
-			return false
+			return false, false
 		}
+		stamp = stamp || recs[i].Timestamp.IsZero()
 	}
-	return true
+	return true, stamp
 }
 
 // appendSmall is AppendRecords for a small uncompressed batch: it encodes
@@ -77,10 +81,12 @@ func smallRecords(recs []record.Record) bool {
 // Put cost more than encoding does, and encoding small records without
 // compression holds mu for less time than the write itself; batches that
 // compress, or are large, are encoded before mu is taken, so that
-// concurrent appends encode in parallel.
-func (l *Log) appendSmall(recs []record.Record) (base int64, size int, err error) {
+// concurrent appends encode in parallel. It reads the clock only if stamp
+// (some record has no timestamp): a clock read costs as much as a tenth of
+// such an append.
+func (l *Log) appendSmall(recs []record.Record, stamp bool) (base int64, size int, err error) {
 	l.enterWrite()
-	base, end, truncs, size, err := l.encodeAndWrite(recs)
+	base, end, truncs, size, err := l.encodeAndWrite(recs, stamp)
 	l.leaveWrite()
 	if err != nil || l.opts.Flush.kind != flushSync {
 		return base, size, err
@@ -89,10 +95,14 @@ func (l *Log) appendSmall(recs []record.Record) (base int64, size int, err error
 }
 
 // encodeAndWrite encodes recs into l.enc and writes the batch, under mu.
-func (l *Log) encodeAndWrite(recs []record.Record) (base, end, truncs int64, size int, err error) {
+func (l *Log) encodeAndWrite(recs []record.Record, stamp bool) (base, end, truncs int64, size int, err error) {
+	var now time.Time
+	if stamp {
+		now = l.opts.now()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	buf, err := record.AppendBatch(l.enc[:0], recs, record.BatchOptions{Now: l.opts.now()})
+	buf, err := record.AppendBatch(l.enc[:0], recs, record.BatchOptions{Now: now})
 	if cap(buf) <= smallBatch {
 		l.enc = buf[:0] // a log keeps no more than this
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,6 +380,38 @@ func TestAppendSmallAndLargeBatches(t *testing.T) {
 				require.Equal(t, len(want[i].Headers), len(r.Headers), "offset %d", i)
 			}
 		})
+	}
+}
+
+// TestAppendStampsRecordsWithoutTimestamp: records without a timestamp get
+// the clock's time and those with one keep theirs, and a small append whose
+// records all carry a timestamp does not read the clock at all.
+func TestAppendStampsRecordsWithoutTimestamp(t *testing.T) {
+	opts := tiny()
+	opts.Flush = None
+	opts.RetentionCheckInterval = time.Hour // no background job reads the clock meanwhile
+	var reads atomic.Int32
+	now := time.UnixMilli(1_800_000_000_000)
+	opts.now = func() time.Time { reads.Add(1); return now }
+	l, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer l.Close()
+	reads.Store(0)
+	own := time.UnixMilli(1_700_000_000_000)
+
+	_, err = l.Append(record.Record{Value: []byte("a"), Timestamp: own}, record.Record{Value: []byte("b"), Timestamp: own.Add(time.Second)})
+	require.NoError(t, err)
+	require.Zero(t, reads.Load(), "every record has a timestamp")
+	_, err = l.Append(record.Record{Value: []byte("c"), Timestamp: own}, record.Record{Value: []byte("d")})
+	require.NoError(t, err)
+	require.Equal(t, int32(1), reads.Load())
+	_, err = l.Append(record.Record{Value: []byte("e")})
+	require.NoError(t, err)
+
+	got := readAll(t, l, 0)
+	require.Len(t, got, 5)
+	for i, want := range []time.Time{own, own.Add(time.Second), own, now, now} {
+		require.Equal(t, want.UnixMilli(), got[i].Timestamp.UnixMilli(), "offset %d", i)
 	}
 }
 
