@@ -29,7 +29,12 @@ func (l *Log) Append(recs ...record.Record) (int64, error) {
 // AppendRecords is Append that also returns the bytes of the batch it
 // wrote.
 func (l *Log) AppendRecords(recs []record.Record) (base int64, size int, err error) {
-	l.writers.Add(1) // before encoding: gatherWriters waits for us
+	if l.opts.Compression == record.None {
+		if small, stamp := smallRecords(recs); small {
+			return l.appendSmall(recs, stamp)
+		}
+	}
+	l.enterWrite() // before encoding: gatherWriters waits for us
 	bp := l.batchBuf.Get().(*[]byte)
 	defer l.batchBuf.Put(bp)
 	buf, err := record.AppendBatch((*bp)[:0], recs, record.BatchOptions{Compression: l.opts.Compression, Now: l.opts.now()})
@@ -37,16 +42,82 @@ func (l *Log) AppendRecords(recs []record.Record) (base int64, size int, err err
 		*bp = buf[:0] // keep a grown buffer, but not a huge one
 	}
 	if err != nil {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return 0, 0, err
 	}
 	b, _, err := record.ParseBatch(buf)
 	if err != nil {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return 0, 0, err
 	}
 	base, err = l.append(b)
 	return base, b.Size(), err
+}
+
+// smallBatch bounds the batches appendSmall encodes and the buffer each log
+// keeps for them.
+const smallBatch = 4 << 10
+
+// smallRecords reports whether recs' keys and values take at most half of
+// smallBatch: their batch then fits it unless their headers are large (a
+// batch that does not fit is encoded all the same, in a buffer the log does
+// not keep). If they do, stamp reports whether any record lacks a timestamp
+// and so needs the clock read.
+func smallRecords(recs []record.Record) (small, stamp bool) {
+	n := 0
+	for i := range recs {
+		n += len(recs[i].Key) + len(recs[i].Value) + 32
+		if n > smallBatch/2 {
+			return false, false
+		}
+		stamp = stamp || recs[i].Timestamp.IsZero()
+	}
+	return true, stamp
+}
+
+// appendSmall is AppendRecords for a small uncompressed batch: it encodes
+// under mu, into a buffer the log keeps for this (l.enc), rather than
+// outside it into a pooled one. For one small record the pool's Get and
+// Put cost more than encoding does, and encoding small records without
+// compression holds mu for less time than the write itself; batches that
+// compress, or are large, are encoded before mu is taken, so that
+// concurrent appends encode in parallel. It reads the clock only if stamp
+// (some record has no timestamp): a clock read costs as much as a tenth of
+// such an append.
+func (l *Log) appendSmall(recs []record.Record, stamp bool) (base int64, size int, err error) {
+	l.enterWrite()
+	base, end, truncs, size, err := l.encodeAndWrite(recs, stamp)
+	l.leaveWrite()
+	if err != nil || l.opts.Flush.kind != flushSync {
+		return base, size, err
+	}
+	return base, size, l.syncTo(end, truncs)
+}
+
+// encodeAndWrite encodes recs into l.enc and writes the batch, under mu.
+func (l *Log) encodeAndWrite(recs []record.Record, stamp bool) (base, end, truncs int64, size int, err error) {
+	var now time.Time
+	if stamp {
+		now = l.opts.now()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	buf, err := record.AppendBatch(l.enc[:0], recs, record.BatchOptions{Now: now})
+	if cap(buf) <= smallBatch {
+		l.enc = buf[:0] // a log keeps no more than this
+	}
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	b, _, err := record.ParseBatch(buf)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	if b.Size() > l.opts.MaxMessageBytes {
+		return 0, 0, 0, 0, fmt.Errorf("%w: batch of %d bytes is over MaxMessageBytes %d", record.ErrRecordTooLarge, b.Size(), l.opts.MaxMessageBytes)
+	}
+	base, end, truncs, err = l.writeHeld(b, false)
+	return base, end, truncs, b.Size(), err
 }
 
 // AppendBatch appends a batch a producer encoded (as a Kafka client sends
@@ -59,9 +130,9 @@ func (l *Log) AppendRecords(recs []record.Record) (base int64, size int, err err
 // AppendBatch stamps the base offset into b's bytes: the caller hands the
 // bytes over. The CRC does not cover the base offset, so it stays valid.
 func (l *Log) AppendBatch(b record.Batch) (int64, error) {
-	l.writers.Add(1)
+	l.enterWrite()
 	if err := l.checkProducerBatch(b); err != nil {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return 0, err
 	}
 	return l.append(b)
@@ -93,13 +164,13 @@ type Pending struct {
 // returns for it. A producer writes several batches of a partition this way
 // and waits once, so that one fsync covers them all.
 func (l *Log) AppendTrustedNoWait(b record.Batch) (int64, Pending, error) {
-	l.writers.Add(1)
+	l.enterWrite()
 	if b.IsZero() || len(b.Bytes()) < record.HeaderSize {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return 0, Pending{}, fmt.Errorf("%w: empty batch", ErrCorrupt)
 	}
 	if err := record.VerifyHeader(b.Bytes(), b.Size()); err != nil {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return 0, Pending{}, err
 	}
 	base, end, truncs, err := l.write(b, false)
@@ -113,13 +184,13 @@ func (l *Log) AppendTrustedNoWait(b record.Batch) (int64, Pending, error) {
 // bytes at the same offsets. The batch is verified first (framing, CRC-32C):
 // it came from another broker. Wait for durability with WaitDurable.
 func (l *Log) AppendReplicaNoWait(b record.Batch) (Pending, error) {
-	l.writers.Add(1)
+	l.enterWrite()
 	if b.IsZero() {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return Pending{}, fmt.Errorf("%w: empty batch", ErrCorrupt)
 	}
 	if err := b.Verify(); err != nil {
-		l.writers.Add(-1)
+		l.leaveWrite()
 		return Pending{}, err
 	}
 	_, end, truncs, err := l.write(b, true)
@@ -176,7 +247,7 @@ func (l *Log) checkProducerBatch(b record.Batch) error {
 }
 
 // append writes a checked batch and, under Sync, waits for the group fsync.
-// The caller has counted itself in l.writers; write undoes that once the
+// The caller has entered (enterWrite); write leaves once the
 // batch is written (or refused).
 func (l *Log) append(b record.Batch) (int64, error) {
 	base, end, truncs, err := l.write(b, false)
@@ -188,13 +259,27 @@ func (l *Log) append(b record.Batch) (int64, error) {
 
 // write stamps the base offset (or, for a replica's batch, checks it),
 // rolls if needed and writes the batch.
+//
+// Its two defers live in two functions: in one, with this many returns, the
+// compiler could not open-code them, and the defer records it builds
+// instead cost every append more than the rest of its bookkeeping.
 func (l *Log) write(b record.Batch, replica bool) (base, end, truncs int64, err error) {
-	defer l.writers.Add(-1)
+	defer l.leaveWrite()
 	if b.Size() > l.opts.MaxMessageBytes {
 		return 0, 0, 0, fmt.Errorf("%w: batch of %d bytes is over MaxMessageBytes %d", record.ErrRecordTooLarge, b.Size(), l.opts.MaxMessageBytes)
 	}
+	return l.writeLocked(b, replica)
+}
+
+// writeLocked is write under mu.
+func (l *Log) writeLocked(b record.Batch, replica bool) (base, end, truncs int64, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.writeHeld(b, replica)
+}
+
+// writeHeld is write's work; mu is held.
+func (l *Log) writeHeld(b record.Batch, replica bool) (base, end, truncs int64, err error) {
 	if err := l.writable(); err != nil {
 		return 0, 0, 0, err
 	}
@@ -391,6 +476,22 @@ func (l *Log) syncTo(target, truncs int64) error {
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// enterWrite counts an append in l.writers, for gatherWriters, until
+// leaveWrite. Only the Sync policy groups appends into an fsync: under the
+// others no append waits for one, and the two atomic updates are left out.
+func (l *Log) enterWrite() {
+	if l.opts.Flush.kind == flushSync {
+		l.writers.Add(1)
+	}
+}
+
+// leaveWrite undoes enterWrite.
+func (l *Log) leaveWrite() {
+	if l.opts.Flush.kind == flushSync {
+		l.writers.Add(-1)
 	}
 }
 

@@ -63,6 +63,7 @@ type Log struct {
 	// mu serialises the writer: appends, rolls, truncation, deletion.
 	mu       sync.Mutex
 	active   *segment.Segment   // the last segment; guarded by mu
+	enc      []byte             // appendSmall's encoding buffer, at most smallBatch; guarded by mu
 	unsynced []*segment.Segment // sealed but not yet fsynced (not under Sync); guarded by mu
 
 	segs      atomic.Pointer[[]*segment.Segment] // immutable, sorted by base
@@ -75,7 +76,7 @@ type Log struct {
 	closed    atomic.Bool
 
 	// Group commit state (Sync policy).
-	writers     atomic.Int32 // appends between entering append and finishing the write
+	writers     atomic.Int32 // under Sync, appends between entering append and finishing the write
 	syncWaiters atomic.Int32 // callers in syncTo
 	syncMu      sync.Mutex
 	syncCond    *sync.Cond

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -326,6 +327,92 @@ func TestRetention(t *testing.T) {
 	require.Less(t, l2.Size(), before)
 	require.GreaterOrEqual(t, l2.Size(), int64(20_000)-4096)
 	require.LessOrEqual(t, l2.Size(), int64(20_000)+4096)
+}
+
+// TestAppendSmallAndLargeBatches mixes batches that Append encodes into the
+// log's own buffer (small, uncompressed) with batches it encodes into a
+// pooled one (large, or with headers past the estimate), under each flush
+// policy: every record reads back as appended, so no append's bytes were
+// overwritten by the next one's encoding, and both paths refuse a batch over
+// MaxMessageBytes having written nothing.
+func TestAppendSmallAndLargeBatches(t *testing.T) {
+	for _, policy := range []FlushPolicy{Sync, None} {
+		t.Run(policy.String(), func(t *testing.T) {
+			l, err := Open(t.TempDir(), Options{Flush: policy, MaxMessageBytes: 2000})
+			require.NoError(t, err)
+			defer l.Close()
+			var want []record.Record
+			add := func(recs ...record.Record) {
+				t.Helper()
+				off, err := l.Append(recs...)
+				require.NoError(t, err)
+				require.Equal(t, int64(len(want)), off)
+				want = append(want, recs...)
+			}
+			rec := func(k, size int) record.Record {
+				return record.Record{Key: []byte(fmt.Sprint("key-", k)), Value: bytes.Repeat([]byte{byte('a' + k%26)}, size)}
+			}
+			add(rec(0, 100))
+			add(rec(1, 10), rec(2, 20))
+			add(rec(3, 700), rec(4, 700), rec(5, 10)) // keys and values past half of smallBatch
+			add(rec(6, 100))
+			big := rec(7, 10)
+			big.Headers = []record.Header{{Key: "h", Value: make([]byte, 1300)}} // small by the estimate
+			add(big)
+			add(rec(8, 100))
+
+			for _, recs := range [][]record.Record{
+				{rec(9, 1990)},                 // one small-path record over MaxMessageBytes
+				{rec(10, 1100), rec(11, 1100)}, // a large-path batch over it
+			} {
+				_, err := l.Append(recs...)
+				require.ErrorIs(t, err, record.ErrRecordTooLarge)
+				require.Equal(t, int64(len(want)), l.EndOffset(), "nothing written")
+			}
+			add(rec(12, 100))
+
+			got := readAll(t, l, 0)
+			require.Len(t, got, len(want))
+			for i, r := range got {
+				require.Equal(t, int64(i), r.Offset)
+				require.Equal(t, want[i].Key, r.Key, "offset %d", i)
+				require.Equal(t, want[i].Value, r.Value, "offset %d", i)
+				require.Equal(t, len(want[i].Headers), len(r.Headers), "offset %d", i)
+			}
+		})
+	}
+}
+
+// TestAppendStampsRecordsWithoutTimestamp: records without a timestamp get
+// the clock's time and those with one keep theirs, and a small append whose
+// records all carry a timestamp does not read the clock at all.
+func TestAppendStampsRecordsWithoutTimestamp(t *testing.T) {
+	opts := tiny()
+	opts.Flush = None
+	opts.RetentionCheckInterval = time.Hour // no background job reads the clock meanwhile
+	var reads atomic.Int32
+	now := time.UnixMilli(1_800_000_000_000)
+	opts.now = func() time.Time { reads.Add(1); return now }
+	l, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer l.Close()
+	reads.Store(0)
+	own := time.UnixMilli(1_700_000_000_000)
+
+	_, err = l.Append(record.Record{Value: []byte("a"), Timestamp: own}, record.Record{Value: []byte("b"), Timestamp: own.Add(time.Second)})
+	require.NoError(t, err)
+	require.Zero(t, reads.Load(), "every record has a timestamp")
+	_, err = l.Append(record.Record{Value: []byte("c"), Timestamp: own}, record.Record{Value: []byte("d")})
+	require.NoError(t, err)
+	require.Equal(t, int32(1), reads.Load())
+	_, err = l.Append(record.Record{Value: []byte("e")})
+	require.NoError(t, err)
+
+	got := readAll(t, l, 0)
+	require.Len(t, got, 5)
+	for i, want := range []time.Time{own, own.Add(time.Second), own, now, now} {
+		require.Equal(t, want.UnixMilli(), got[i].Timestamp.UnixMilli(), "offset %d", i)
+	}
 }
 
 func TestAppendBatchRejectsMalformed(t *testing.T) {
