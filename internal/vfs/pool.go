@@ -211,12 +211,15 @@ func (h *Handle) Keep() error {
 // more (a Keep's use aside).
 func (h *Handle) Close() error {
 	if h.pool == nil {
-		if h.f == nil {
+		// h.f stays: a stray use after Close gets the file's own
+		// "closed" error, not a nil file.
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.done {
 			return nil
 		}
-		f := h.f
-		h.f = nil
-		return f.Close()
+		h.done = true
+		return h.f.Close()
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
