@@ -1,12 +1,15 @@
 package log
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/spoolmq/spool/internal/vfs"
@@ -192,4 +195,123 @@ func TestLogFsyncErrorAcrossEviction(t *testing.T) {
 	require.NoError(t, b.Sync())
 	_ = a.Close()
 	require.NoError(t, b.Close())
+}
+
+// Writers and readers of several logs sharing a pool of 2 files run at
+// once (run it with -race): every read - by copy and through a span's file
+// - returns the records written, whatever the pool closes meanwhile.
+func TestPooledFilesUnderConcurrentUse(t *testing.T) {
+	const logs, perLog, readers = 4, 400, 4
+	root := t.TempDir()
+	opts := tiny()
+	opts.Flush = None
+	opts.Files = NewFilePool(2)
+	ls := make([]*Log, logs)
+	for i := range ls {
+		l, err := Open(filepath.Join(root, fmt.Sprint(i)), opts)
+		require.NoError(t, err)
+		ls[i] = l
+	}
+	errs := make(chan error, logs+readers)
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for off := int64(0); off < perLog; off++ {
+				r := record.Record{Key: []byte(fmt.Sprint(off)), Value: value(off)}
+				if _, err := l.Append(r); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	checkBatches := func(buf []byte, from int64) error {
+		for len(buf) > 0 {
+			b, n, err := record.ParseBatch(buf)
+			if err != nil {
+				return err
+			}
+			if err := b.Verify(); err != nil {
+				return err
+			}
+			rs, err := b.Records()
+			if err != nil {
+				return err
+			}
+			for _, r := range rs {
+				if r.Offset >= from && !bytes.Equal(r.Value, value(r.Offset)) {
+					return fmt.Errorf("offset %d: read %q", r.Offset, r.Value)
+				}
+			}
+			buf = buf[n:]
+		}
+		return nil
+	}
+	for w := 0; w < readers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 23))
+			for i := 0; i < 500; i++ {
+				l := ls[rng.IntN(logs)]
+				end := l.CommittedOffset()
+				if end == 0 {
+					continue
+				}
+				off := rng.Int64N(end)
+				buf, err := l.Read(off, 1+rng.IntN(2000))
+				if err == nil {
+					err = checkBatches(buf, off)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("read %s at %d: %w", l.Dir(), off, err)
+					return
+				}
+				sp, err := l.Span(off, 1+rng.IntN(2000), end)
+				if err != nil {
+					errs <- err
+					return
+				}
+				f := sp.File()
+				buf = make([]byte, sp.Len())
+				if f == nil {
+					err = errors.New("span without a file")
+				} else {
+					_, err = f.ReadAt(buf, sp.Position())
+				}
+				sp.Release()
+				if err == nil {
+					err = checkBatches(buf, off)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("span %s at %d: %w", l.Dir(), off, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, l := range ls {
+		checkRecordsKeyed(t, readAll(t, l, 0), perLog)
+		require.NoError(t, l.Close())
+	}
+	require.Zero(t, opts.Files.Stats().Open)
+}
+
+// checkRecordsKeyed checks that recs are offsets 0 to n-1 with the keys and
+// values TestPooledFilesUnderConcurrentUse wrote.
+func checkRecordsKeyed(t *testing.T, recs []record.Record, n int) {
+	t.Helper()
+	require.Len(t, recs, n)
+	for i, r := range recs {
+		require.Equal(t, int64(i), r.Offset)
+		require.Equal(t, fmt.Sprint(i), string(r.Key))
+		require.Equal(t, value(int64(i)), r.Value)
+	}
 }
