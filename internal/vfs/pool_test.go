@@ -314,3 +314,41 @@ func TestFilePoolConcurrentUse(t *testing.T) {
 	require.Zero(t, cfs.open.Load())
 	require.Zero(t, p.Stats().Open)
 }
+
+// BenchmarkHandleUse is the cost a use of a file adds to every read and
+// write: Acquire and Release of an open file, without a pool, with one, and
+// with one from every processor at once (one handle: the worst sharing).
+func BenchmarkHandleUse(b *testing.B) {
+	dir := b.TempDir()
+	path := filepath.Join(dir, "f")
+	require.NoError(b, os.WriteFile(path, []byte("x"), 0o644))
+	for _, pooled := range []bool{false, true} {
+		var pool *FilePool
+		if pooled {
+			pool = NewFilePool(16)
+		}
+		h, err := NewHandle(pool, Default, path, os.O_RDONLY, nil, nil)
+		require.NoError(b, err)
+		name := map[bool]string{false: "pool=none", true: "pool=16"}[pooled]
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := h.Acquire(); err != nil {
+					b.Fatal(err)
+				}
+				h.Release()
+			}
+		})
+		b.Run(name+"/parallel", func(b *testing.B) {
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := h.Acquire(); err != nil {
+						b.Error(err)
+						return
+					}
+					h.Release()
+				}
+			})
+		})
+		require.NoError(b, h.Close())
+	}
+}
