@@ -10,7 +10,9 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/vfs"
 	"github.com/spoolmq/spool/record"
@@ -314,4 +316,59 @@ func checkRecordsKeyed(t *testing.T, recs []record.Record, n int) {
 		require.Equal(t, fmt.Sprint(i), string(r.Key))
 		require.Equal(t, value(int64(i)), r.Value)
 	}
+}
+
+// A compaction's swap gives a cleaned file the path of the first segment
+// it replaces. A reader holding the old segment - its file closed by the
+// pool just before the swap - goes on reading the old file, never the
+// cleaned one now at its path.
+func TestCompactionSwapKeepsReadersOnTheOldFile(t *testing.T) {
+	clock := time.UnixMilli(1_700_000_000_000)
+	opts := compactOptions(&clock)
+	opts.Files = NewFilePool(1)
+	var other atomic.Pointer[Log]
+	var evictErr error
+	opts.FS = vfs.NewFaultFS(vfs.Default, func(op vfs.Op, path string, n int) (int, error) {
+		// As the cleaned .log file is renamed into the log's directory,
+		// another log's read takes the pool's one place.
+		if o := other.Load(); o != nil && op == vfs.OpRename && strings.Contains(path, cleaningDir) && strings.HasSuffix(path, ".log") {
+			if _, err := o.Read(0, 100); err != nil && evictErr == nil {
+				evictErr = err
+			}
+		}
+		return n, nil
+	})
+	l, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer l.Close()
+	o, err := Open(t.TempDir(), opts)
+	require.NoError(t, err)
+	defer o.Close()
+	_, err = o.Append(record.Record{Value: []byte("other")})
+	require.NoError(t, err)
+	for i := 0; i < 200; i++ {
+		_, err := l.Append(record.Record{Key: []byte(fmt.Sprint("k", i%5)), Value: value(int64(i)),
+			Timestamp: time.UnixMilli(1_700_000_000_000 + int64(i))})
+		require.NoError(t, err)
+	}
+	require.Greater(t, l.NumSegments(), 3)
+	sp, err := l.Span(0, 1<<20, l.CommittedOffset())
+	require.NoError(t, err)
+	defer sp.Release()
+	want := make([]byte, sp.Len())
+	_, err = sp.ReadAt(want, 0)
+	require.NoError(t, err)
+	clock = clock.Add(time.Hour)
+	other.Store(o)
+	st, err := l.Clean(true)
+	require.NoError(t, err)
+	require.NoError(t, evictErr)
+	require.Positive(t, st.SegmentsWritten, "the first segments were cleaned and swapped")
+	require.Zero(t, l.Segments()[0].Size, "the span's path now names the cleaned (empty) segment")
+	f := sp.File()
+	require.NotNil(t, f)
+	got := make([]byte, sp.Len())
+	_, err = f.ReadAt(got, sp.Position())
+	require.NoError(t, err)
+	require.Equal(t, want, got, "read the old file")
 }
