@@ -62,6 +62,9 @@ type Broker struct {
 	// workers however many partitions there are. Close stops it after
 	// the logs are closed.
 	sched *log.Scheduler
+	// files bounds the segment files open across every partition
+	// (Options.MaxOpenSegmentFiles); nil: no bound.
+	files *log.FilePool
 
 	bgStop chan struct{}
 	bgDone chan struct{}
@@ -142,6 +145,9 @@ func Open(dir string, opts Options) (*Broker, error) {
 	}
 	b := &Broker{dir: dir, opts: opts, logger: opts.Logger, fs: opts.fs, lock: lk, sched: log.NewScheduler(0),
 		bgStop: make(chan struct{}), bgDone: make(chan struct{})}
+	if opts.MaxOpenSegmentFiles > 0 {
+		b.files = log.NewFilePool(opts.MaxOpenSegmentFiles)
+	}
 	empty := map[string]*topic{}
 	b.topics.Store(&empty)
 	b.coord = group.NewCoordinator(group.Options{

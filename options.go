@@ -131,6 +131,20 @@ type Options struct {
 	ShareLockDuration  time.Duration
 	ShareDeliveryLimit int
 	ShareMaxInFlight   int
+	// MaxOpenSegmentFiles bounds the segment (.log) files the broker
+	// keeps open across all its partitions: a segment's file opens when
+	// it is read or written and, while not in use, may be closed to make
+	// room for another, least recently used first (log.FilePool). Files
+	// in use - a read, an append, an fsync, a zero-copy send - are never
+	// closed, so the process may hold this many plus those in use at one
+	// moment. A file with unsynced writes is fsynced before it closes, and
+	// a failure there fails its partition's next flush, as a failed fsync
+	// does. spool's own setting (spool.log.max.open.segment.files; Kafka
+	// has none and needs a descriptor per segment). Default: half the
+	// process's soft limit on open files (RLIMIT_NOFILE), at least
+	// MinOpenSegmentFiles; negative: no bound - every segment keeps its
+	// file open.
+	MaxOpenSegmentFiles int
 	// Logger receives the broker's warnings; silent by default.
 	Logger *slog.Logger
 
@@ -193,6 +207,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.fs == nil {
 		o.fs = vfs.Default
+	}
+	if o.MaxOpenSegmentFiles == 0 {
+		o.MaxOpenSegmentFiles = defaultOpenSegmentFiles()
 	}
 	if err := o.Topic.validate(); err != nil {
 		return o, err
@@ -440,7 +457,19 @@ func (b *Broker) logOptions(c TopicConfig) log.Options {
 		FS:                     b.opts.fs,
 		FlushTimes:             &b.metrics.flush,
 		Scheduler:              b.sched,
+		Files:                  b.files,
 	}
+}
+
+// MinOpenSegmentFiles is the least default of Options.MaxOpenSegmentFiles,
+// whatever the process's limit on open files.
+const MinOpenSegmentFiles = 64
+
+// defaultOpenSegmentFiles is half the process's soft limit on open files,
+// at least MinOpenSegmentFiles: the other half is left to sockets, index
+// files and everything else.
+func defaultOpenSegmentFiles() int {
+	return max(openFilesLimit()/2, MinOpenSegmentFiles)
 }
 
 // invalidConfig is the error for one bad setting: it wraps ErrInvalidConfig

@@ -100,9 +100,25 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
+// BenchmarkAppendPooled is BenchmarkAppend's smallest appends with the
+// segment's file taken from a file pool (Options.Files) on each write.
+func BenchmarkAppendPooled(b *testing.B) {
+	for _, p := range []FlushPolicy{Sync, None} {
+		b.Run(fmt.Sprintf("size=100/batch=1/flush=%s", p), func(b *testing.B) {
+			benchAppendWith(b, 100, 1, p, NewFilePool(64))
+		})
+	}
+}
+
 func benchAppend(b *testing.B, size, n int, p FlushPolicy) {
+	benchAppendWith(b, size, n, p, nil)
+}
+
+func benchAppendWith(b *testing.B, size, n int, p FlushPolicy, files *FilePool) {
 	recs := benchRecords(n, size)
-	l := openBench(b, b.TempDir(), benchOptions(p))
+	opts := benchOptions(p)
+	opts.Files = files
+	l := openBench(b, b.TempDir(), opts)
 	defer closeBench(b, l)
 	// Warm up: the encode buffer grows to the batch size once.
 	for range 3 {
@@ -231,6 +247,10 @@ func BenchmarkReadRandom(b *testing.B) {
 	}{
 		{"segments=1", Options{SegmentBytes: 256 << 20, Flush: None}},
 		{fmt.Sprintf("segments=%d", segments), Options{SegmentBytes: segmentBytes, IndexMaxBytes: 4096, Flush: None}},
+		// Through a file pool: one that holds every file (a use's cost
+		// alone), and one of a tenth of them (reopening on most reads).
+		{fmt.Sprintf("segments=%d/files=%d", segments, 2*segments), Options{SegmentBytes: segmentBytes, IndexMaxBytes: 4096, Flush: None, Files: NewFilePool(2 * segments)}},
+		{fmt.Sprintf("segments=%d/files=%d", segments, segments/10), Options{SegmentBytes: segmentBytes, IndexMaxBytes: 4096, Flush: None, Files: NewFilePool(segments / 10)}},
 	}
 	for _, lay := range layouts {
 		dir := b.TempDir()

@@ -474,6 +474,11 @@ func (l *Log) swapIn(group []*segment.Segment, base int64) error {
 		return l.fail(err)
 	}
 	for _, s := range group {
+		// Readers holding it go on reading the file they found, not
+		// the cleaned one about to take its path.
+		s.HoldOpen()
+	}
+	for _, s := range group {
 		for _, suffix := range []string{segment.LogSuffix, segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {
 			if err := l.fs.Remove(final(s.Base(), suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return l.fail(err)

@@ -223,6 +223,15 @@ type Options struct {
 	// log costs no goroutine. Default: one the package shares between the
 	// logs opened without one.
 	Scheduler *Scheduler
+	// Files, if set, bounds the segment files open at once across the
+	// logs that share it: a segment's .log file opens on first use and
+	// may be closed while not in use (see FilePool). Durability does not
+	// change: a file with writes not yet fsynced is fsynced before it is
+	// closed, and a failure then fails the log's next flush as a failed
+	// fsync would. Default nil: every segment keeps its file open while
+	// the log is open (a process with many partitions then needs as many
+	// file descriptors as segments).
+	Files *FilePool
 
 	fs  vfs.FS           // FS or the default; this package's tests may set it directly
 	now func() time.Time // the clock; tests set it
@@ -317,5 +326,16 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 func (o Options) segmentOptions() segment.Options {
-	return segment.Options{FS: o.fs, IndexIntervalBytes: o.IndexIntervalBytes, IndexMaxBytes: o.IndexMaxBytes}
+	return segment.Options{FS: o.fs, IndexIntervalBytes: o.IndexIntervalBytes, IndexMaxBytes: o.IndexMaxBytes, Files: o.Files}
 }
+
+// FilePool bounds the segment files open at once across the logs that
+// share it (Options.Files): at most its limit, plus the files in use at that
+// moment (a read, a write, an fsync, a sendfile in flight), which are never
+// closed under their user. Files not in use are closed least recently used
+// first, and reopened on their next use. Its Stats say how many are open.
+type FilePool = vfs.FilePool
+
+// NewFilePool returns a FilePool that keeps at most limit files open while
+// they are not in use; limit is at least 1.
+func NewFilePool(limit int) *FilePool { return vfs.NewFilePool(limit) }

@@ -1,11 +1,13 @@
 package log
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 
+	"github.com/spoolmq/spool/internal/vfs"
 	"github.com/spoolmq/spool/segment"
 )
 
@@ -26,6 +28,7 @@ type Span struct {
 	n      int64
 	base   int64
 	upper  int64
+	file   vfs.File // taken by File, kept open until Release; nil before
 }
 
 // Len is the number of bytes in the span.
@@ -58,14 +61,23 @@ func (s *Span) UpperBound() int64 {
 // File is the open .log file holding the span, for sendfile: the span is
 // [Position, Position+Len) of it. Read it only at explicit positions (pread,
 // sendfile with an offset): the file's own read position is shared with
-// every other reader of the segment. File is nil for an empty span, or when
-// the file system has no operating-system file behind it; ReadAt works
-// either way.
+// every other reader of the segment. The file stays open until Release,
+// whatever a file pool (Options.Files) would do otherwise: do not use it
+// after. File is nil for an empty span, when the file system has no
+// operating-system file behind it, or when the file cannot be opened
+// (ReadAt then says why); ReadAt works either way.
 func (s *Span) File() *os.File {
 	if s.seg == nil {
 		return nil
 	}
-	return s.seg.File().OS()
+	if s.file == nil {
+		f, err := s.seg.AcquireFile()
+		if err != nil {
+			return nil
+		}
+		s.file = f
+	}
+	return s.file.OS()
 }
 
 // ReadAt reads the span's bytes from off, relative to the start of the span.
@@ -104,6 +116,11 @@ func (s *Span) Verify() error {
 	if err == nil {
 		return nil
 	}
+	if !errors.Is(err, segment.ErrCorrupt) {
+		// Not damage (the file could not be read at all): the span
+		// stays as it is, and its reader gets the error too.
+		return fmt.Errorf("log: verify batches at offset %d: %w", s.base, err)
+	}
 	offset := s.base // the damaged batch is the first
 	if next >= 0 {
 		offset = next
@@ -121,6 +138,9 @@ func (s *Span) Verify() error {
 // Release drops the span's reference to its segment. It may be called more
 // than once; the span is empty afterwards.
 func (s *Span) Release() {
+	if s.file != nil {
+		s.seg.ReleaseFile()
+	}
 	if s.seg != nil {
 		s.seg.Release()
 	}

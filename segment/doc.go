@@ -58,4 +58,17 @@
 // (what readers may see) are published atomically after the bytes are
 // written. Readers hold a reference (Acquire/Release) so a segment deleted by
 // retention stays open until the last reader lets go.
+//
+// # Open files
+//
+// With a file pool (Options.Files) a segment's .log file is open only while
+// it is used or the pool has room for it: every read, write, fsync and
+// truncation takes the file for its duration (an atomic count; the pool
+// never closes a file in use), and AcquireFile holds it for a zero-copy
+// send. A sealed segment opened read-only opens its file on first use. The
+// pool closes a file with writes not yet fsynced only after fsyncing it,
+// and a failure there is the segment's sticky fsync error (see Sync). Before
+// a segment's path is removed or given to another file (Delete, a
+// compaction's swap: HoldOpen) its file is opened and kept until the
+// segment closes, so a reader never opens whatever the path names next.
 package segment

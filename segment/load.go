@@ -111,7 +111,12 @@ func (s *Segment) rebuildSealed() (*indexes, error) {
 	s.maxTS.Store(record.NoTimestamp)
 	s.maxTSOffset, s.lastPos, s.sinceIndex = s.base, -1, 0
 	s.next.Store(s.base)
-	sc := newScanner(s.f, 0, s.size.Load(), 0)
+	f, err := s.acquire()
+	if err != nil {
+		return fail(err)
+	}
+	defer s.file.Release()
+	sc := newScanner(f, 0, s.size.Load(), 0)
 	defer sc.close()
 	expect := s.base
 	for {

@@ -47,7 +47,12 @@ func (s *Segment) search(ix *indexes, start, entry, limit int64, stop func(Heade
 // stop is true. If entry >= 0, the first header must have that last offset,
 // or walk returns errMismatch.
 func (s *Segment) walk(start, limit, entry int64, stop func(Header) bool) (Header, error) {
-	sc := newScanner(s.f, start, limit, s.opts.IndexIntervalBytes+2*record.HeaderSize)
+	f, err := s.acquire()
+	if err != nil {
+		return Header{}, err
+	}
+	defer s.file.Release()
+	sc := newScanner(f, start, limit, s.opts.IndexIntervalBytes+2*record.HeaderSize)
 	defer sc.close()
 	for {
 		pos := sc.pos
@@ -113,7 +118,12 @@ func (s *Segment) ReadFrom(dst []byte, first Header, maxBytes int, limit int64) 
 		dst = nd
 	}
 	buf := dst[start : start+n]
-	m, err := s.f.ReadAt(buf, first.Position)
+	f, err := s.acquire()
+	if err != nil {
+		return dst, err
+	}
+	m, err := f.ReadAt(buf, first.Position)
+	s.file.Release()
 	if m < first.Size {
 		if err == nil || err == io.EOF {
 			err = fmt.Errorf("%w: file ends at %d", record.ErrTruncated, first.Position+int64(m))
@@ -139,7 +149,12 @@ func (s *Segment) Span(target int64, maxBytes int, limit int64) (pos int64, n in
 	if err != nil {
 		return 0, 0, Header{}, err
 	}
-	sc := newScanner(s.f, first.Position, limit, 0)
+	f, err := s.acquire()
+	if err != nil {
+		return 0, 0, Header{}, err
+	}
+	defer s.file.Release()
+	sc := newScanner(f, first.Position, limit, 0)
 	defer sc.close()
 	end := first.End()
 	for {
@@ -162,8 +177,13 @@ func (s *Segment) Span(target int64, maxBytes int, limit int64) (pos int64, n in
 // a batch fails, err is a *CorruptError naming the file and good as its
 // position.
 func (s *Segment) Verify(pos, end int64) (good, next int64, err error) {
+	f, err := s.acquire()
+	if err != nil {
+		return pos, -1, err
+	}
+	defer s.file.Release()
 	v := verifiers.Get().(*verifier)
-	v.f, v.bufPos = s.f, -1
+	v.f, v.bufPos = f, -1
 	defer func() {
 		v.f = nil
 		verifiers.Put(v)

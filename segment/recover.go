@@ -42,7 +42,12 @@ type RecoveryResult struct {
 func (s *Segment) Recover(from int64) (RecoveryResult, error) {
 	// Check to the end of the file, not to the size an earlier Resume or
 	// Recover settled on: the bytes past it are what needs checking.
-	st, err := s.f.Stat()
+	f, err := s.acquire()
+	if err != nil {
+		return RecoveryResult{}, err
+	}
+	defer s.file.Release()
+	st, err := f.Stat()
 	if err != nil {
 		return RecoveryResult{}, fmt.Errorf("segment: stat %s: %w", s.logPath, err)
 	}
@@ -53,7 +58,12 @@ func (s *Segment) Recover(from int64) (RecoveryResult, error) {
 // found invalid, and fsyncs it.
 func (s *Segment) DropTail() error {
 	size := s.size.Load()
-	err := s.f.Truncate(size)
+	f, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	s.file.Release()
 	s.synced.Store(false)
 	if err != nil {
 		return fmt.Errorf("segment: truncate %s to %d: %w", s.logPath, size, err)
@@ -70,6 +80,11 @@ func (s *Segment) restore(from, end int64, verify bool) (RecoveryResult, error) 
 	if ix == nil {
 		return RecoveryResult{}, fmt.Errorf("segment: %s is not writable", s.logPath)
 	}
+	f, err := s.acquire()
+	if err != nil {
+		return RecoveryResult{}, err
+	}
+	defer s.file.Release()
 	if s.rebuild.Swap(false) {
 		from = 0
 	}
@@ -103,7 +118,7 @@ func (s *Segment) restore(from, end int64, verify bool) (RecoveryResult, error) 
 	}
 
 	res := RecoveryResult{From: start, FileSize: end, ValidSize: start}
-	v := newVerifier(s.f)
+	v := newVerifier(f)
 	expect := s.base // the least base offset the next batch may have
 	pos := start
 	for pos < end {
@@ -151,8 +166,13 @@ func (s *Segment) checkOffsets(h Header, expect int64) error {
 
 // headerAt reads and parses the batch header at pos.
 func (s *Segment) headerAt(pos int64) (Header, error) {
+	f, err := s.acquire()
+	if err != nil {
+		return Header{}, err
+	}
 	var hb [record.HeaderSize]byte
-	n, err := s.f.ReadAt(hb[:], pos)
+	n, err := f.ReadAt(hb[:], pos)
+	s.file.Release()
 	if n < len(hb) {
 		if err == nil || err == io.EOF {
 			err = fmt.Errorf("%w: file ends at %d", record.ErrTruncated, pos+int64(n))

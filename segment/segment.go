@@ -3,6 +3,7 @@ package segment
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -75,6 +76,19 @@ type Options struct {
 	// (segment.index.bytes); a full index rolls the segment. The files
 	// grow in steps as entries arrive (package index). Default 10 MiB.
 	IndexMaxBytes int
+	// Files, if set, bounds the .log files open at once across every
+	// segment that shares it: a segment opens its file on first use and
+	// the pool may close it while it is not in use (see vfs.FilePool).
+	// nil: each segment keeps its .log file open from Create or Open until
+	// it closes.
+	//
+	// Durability is unchanged: the pool closes the file of a segment
+	// holding writes not yet fsynced only after fsyncing it (clean files
+	// go first), and a failed fsync there is kept as the failure of every
+	// later Sync, as if Sync had failed (see Sync). A closed and reopened
+	// file thus never makes unsynced data look synced, nor loses an fsync
+	// error.
+	Files *vfs.FilePool
 }
 
 func (o Options) withDefaults() Options {
@@ -150,7 +164,7 @@ type Segment struct {
 	dir     string
 	opts    Options
 	logPath string
-	f       vfs.File
+	file    *vfs.Handle // the .log file; open while in use (see Options.Files)
 
 	size      atomic.Int64 // bytes of whole batches written
 	committed atomic.Int64 // bytes readers may see, <= size
@@ -196,7 +210,11 @@ func Create(dir string, base int64, opts Options) (*Segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("segment: create %s: %w", s.logPath, err)
 	}
-	s.f = f
+	if s.file, err = vfs.NewHandle(opts.Files, opts.FS, s.logPath, os.O_RDWR, f, s.beforeClose); err != nil {
+		f.Close()
+		_ = opts.FS.Remove(s.logPath)
+		return nil, err
+	}
 	// Index files left by an earlier segment of the same base (one removed
 	// by truncation) would hold stale entries: start from empty files. A
 	// new segment gets the first growth step of each index or fails (a
@@ -209,7 +227,7 @@ func Create(dir string, base int64, opts Options) (*Segment, error) {
 		}
 	}
 	if err != nil {
-		f.Close()
+		s.file.Close()
 		_ = opts.FS.Remove(s.logPath)
 		_ = opts.FS.Remove(s.indexPath())
 		_ = opts.FS.Remove(s.timeIndexPath())
@@ -218,7 +236,7 @@ func Create(dir string, base int64, opts Options) (*Segment, error) {
 	// An empty .txnindex: from now on a missing one is a lost one.
 	if err := s.createTxnIndex(); err != nil {
 		_ = ix.close(false)
-		f.Close()
+		s.file.Close()
 		for _, p := range []string{s.logPath, s.indexPath(), s.timeIndexPath(), s.txnIndexPath()} {
 			_ = opts.FS.Remove(p)
 		}
@@ -236,16 +254,37 @@ func Create(dir string, base int64, opts Options) (*Segment, error) {
 func Open(dir string, base int64, opts Options, writable bool) (*Segment, error) {
 	opts = opts.withDefaults()
 	s := newSegment(dir, base, opts)
-	f, err := opts.FS.OpenFile(s.logPath, os.O_RDWR, 0)
-	if err != nil {
-		return nil, fmt.Errorf("segment: open %s: %w", s.logPath, err)
+	var (
+		st  fs.FileInfo
+		err error
+	)
+	if opts.Files != nil && !writable {
+		// A sealed segment's file opens on first use: its size is all
+		// opening it needs, and the path gives it.
+		s.file, _ = vfs.NewHandle(opts.Files, opts.FS, s.logPath, os.O_RDWR, nil, s.beforeClose)
+		if st, err = opts.FS.Stat(s.logPath); err != nil {
+			return nil, fmt.Errorf("segment: open %s: %w", s.logPath, err)
+		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("segment: open %s: not a regular file", s.logPath)
+		}
+	} else {
+		if s.file, err = vfs.NewHandle(opts.Files, opts.FS, s.logPath, os.O_RDWR, nil, s.beforeClose); err != nil {
+			return nil, fmt.Errorf("segment: open %s: %w", s.logPath, err)
+		}
+		f, err := s.file.Acquire()
+		if err != nil {
+			s.file.Close()
+			return nil, fmt.Errorf("segment: open %s: %w", s.logPath, err)
+		}
+		st, err = f.Stat()
+		s.file.Release()
+		if err != nil {
+			s.file.Close()
+			return nil, err
+		}
 	}
-	s.f = f
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
+	f := s.file // closed on the failures below
 	if st.Size() > MaxSize {
 		f.Close()
 		return nil, &CorruptError{Path: s.logPath, Position: MaxSize, Err: fmt.Errorf("%w: file of %d bytes is over the 2 GiB limit", record.ErrCorrupt, st.Size())}
@@ -270,6 +309,10 @@ func Open(dir string, base int64, opts Options, writable bool) (*Segment, error)
 		s.idx.Store(ix)
 	} else {
 		s.sealed.Store(true)
+		// Not written by this process, and below the log's recovery
+		// point (or it would be recovered, writable): on stable storage.
+		// So the pool may close the file without an fsync.
+		s.synced.Store(true)
 	}
 	return s, nil
 }
@@ -328,8 +371,64 @@ func (s *Segment) Base() int64 { return s.base }
 // Path is the .log file's path.
 func (s *Segment) Path() string { return s.logPath }
 
-// File is the .log file, for zero-copy reads of committed bytes.
-func (s *Segment) File() vfs.File { return s.f }
+// AcquireFile returns the open .log file, for zero-copy reads of
+// committed bytes (sendfile), and keeps it open until ReleaseFile: with a
+// file pool (Options.Files), it may be closed at any other time. Each
+// successful AcquireFile must be paired with one ReleaseFile, before the
+// segment is released.
+func (s *Segment) AcquireFile() (vfs.File, error) { return s.acquire() }
+
+// ReleaseFile ends a use of the file begun by AcquireFile.
+func (s *Segment) ReleaseFile() { s.file.Release() }
+
+// acquire returns the open .log file, kept open until s.file.Release.
+func (s *Segment) acquire() (vfs.File, error) {
+	f, err := s.file.Acquire()
+	if err != nil {
+		if errors.Is(err, vfs.ErrHandleClosed) {
+			return nil, fmt.Errorf("%w: %s", ErrClosed, s.logPath)
+		}
+		return nil, fmt.Errorf("segment: open %s: %w", s.logPath, err)
+	}
+	return f, nil
+}
+
+// beforeClose is the file pool's question before it closes the .log file
+// to make room (vfs.BeforeClose): the file may close once what was
+// written to it is on stable storage - or once an fsync of it has failed,
+// for that failure is kept and fails every later Sync. With flush, it
+// fsyncs first, as Sync would. It never waits for a Sync in flight (which
+// holds the file in use anyway).
+func (s *Segment) beforeClose(f vfs.File, flush bool) bool {
+	if !s.syncMu.TryLock() {
+		return false
+	}
+	defer s.syncMu.Unlock()
+	if s.syncErr != nil || s.synced.Load() {
+		return true
+	}
+	if !flush {
+		return false
+	}
+	s.synced.Store(true)
+	if err := f.Sync(); err != nil {
+		s.synced.Store(false)
+		s.syncErr = fmt.Errorf("segment: fsync %s: %w", s.logPath, err)
+	}
+	return true
+}
+
+// holdOpen keeps the .log file open until the segment closes, for readers
+// still holding the segment when its path is about to be removed or given
+// to another file; if it cannot be opened, they get ErrClosed rather than
+// whatever the path names next.
+func (s *Segment) holdOpen() { _ = s.file.Keep() }
+
+// HoldOpen keeps the .log file open until the segment closes: the log calls
+// it before it removes the segment's files itself (a compaction's swap, which
+// gives the path to the cleaned segment), so that readers holding the
+// segment go on reading the file they found.
+func (s *Segment) HoldOpen() { s.holdOpen() }
 
 // Size is the number of bytes written.
 func (s *Segment) Size() int64 { return s.size.Load() }
@@ -420,7 +519,7 @@ func (s *Segment) closeFiles() {
 			errs = append(errs, ix.close(false))
 		}
 		s.idxMu.Unlock()
-		errs = append(errs, s.f.Close())
+		errs = append(errs, s.file.Close())
 		s.closeErr = errors.Join(errs...)
 	})
 }
@@ -430,6 +529,11 @@ func (s *Segment) closeFiles() {
 // last reader releases the segment.
 func (s *Segment) Close(clean bool) error {
 	s.trimOnClose.Store(clean)
+	if s.refs.Load() > 1 {
+		// Readers hold the segment: the directory may go (a deleted
+		// topic) before they are done.
+		s.holdOpen()
+	}
 	return s.release()
 }
 
@@ -437,6 +541,7 @@ func (s *Segment) Close(clean bool) error {
 // Readers that hold the segment go on reading the unlinked files until they
 // release it. The caller fsyncs the directory.
 func (s *Segment) Delete() error {
+	s.holdOpen()
 	var errs []error
 	for _, p := range []string{s.logPath, s.indexPath(), s.timeIndexPath(), s.txnIndexPath()} {
 		if err := s.opts.FS.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -450,5 +555,10 @@ func (s *Segment) Delete() error {
 
 // ReadAt reads committed bytes of the .log file.
 func (s *Segment) ReadAt(p []byte, pos int64) (int, error) {
-	return s.f.ReadAt(p, pos)
+	f, err := s.acquire()
+	if err != nil {
+		return 0, err
+	}
+	defer s.file.Release()
+	return f.ReadAt(p, pos)
 }

@@ -60,7 +60,12 @@ func (s *Segment) Append(b record.Batch) (pos int64, err error) {
 	}
 	ix := s.idx.Load()
 	pos = s.size.Load()
-	_, err = s.f.WriteAt(b.Bytes(), pos)
+	f, err := s.acquire()
+	if err != nil {
+		return pos, err
+	}
+	defer s.file.Release()
+	_, err = f.WriteAt(b.Bytes(), pos)
 	// Clear synced only if set: a load costs far less than the store
 	// (a locked exchange), and appends between fsyncs find it clear. Sync
 	// sets it before its fsync, so a write this load saw as unsynced
@@ -70,7 +75,7 @@ func (s *Segment) Append(b record.Batch) (pos int64, err error) {
 	}
 	if err != nil {
 		werr := fmt.Errorf("segment: write %s at %d: %w", s.logPath, pos, err)
-		if terr := s.f.Truncate(pos); terr != nil {
+		if terr := f.Truncate(pos); terr != nil {
 			return pos, errors.Join(werr, fmt.Errorf("segment: cut back %s to %d: %w", s.logPath, pos, terr))
 		}
 		return pos, werr
@@ -164,8 +169,25 @@ func (s *Segment) PrepareCleanClose() error {
 // later Sync of the segment: the kernel may have dropped the pages it could
 // not write, and a later fsync that succeeds says nothing about them (two
 // callers racing to sync, one seeing the failure, must not have the other
-// report the data durable).
+// report the data durable). That holds across a file pool's closing and
+// reopening the file: the pool fsyncs a file with unsynced writes before
+// closing it, through the same rule (see Options.Files).
 func (s *Segment) Sync() error {
+	s.syncMu.Lock()
+	if s.syncErr != nil || s.synced.Load() {
+		err := s.syncErr
+		s.syncMu.Unlock()
+		return err
+	}
+	s.syncMu.Unlock()
+	// The file is taken before syncMu, never after: the pool, closing a
+	// file not in use, takes syncMu (beforeClose) while it holds the
+	// file's handle.
+	f, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer s.file.Release()
 	s.syncMu.Lock()
 	defer s.syncMu.Unlock()
 	if s.syncErr != nil {
@@ -175,7 +197,7 @@ func (s *Segment) Sync() error {
 		return nil
 	}
 	s.synced.Store(true)
-	if err := s.f.Sync(); err != nil {
+	if err := f.Sync(); err != nil {
 		s.synced.Store(false)
 		s.syncErr = fmt.Errorf("segment: fsync %s: %w", s.logPath, err)
 		return s.syncErr
@@ -224,7 +246,12 @@ func (s *Segment) Truncate(offset int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	err = s.f.Truncate(h.Position)
+	f, err := s.acquire()
+	if err != nil {
+		return 0, err
+	}
+	err = f.Truncate(h.Position)
+	s.file.Release()
 	s.synced.Store(false)
 	if err != nil {
 		return 0, fmt.Errorf("segment: truncate %s to %d: %w", s.logPath, h.Position, err)

@@ -56,7 +56,7 @@ func TestNoFlagIsIgnored(t *testing.T) {
 			"default-replication-factor dial-map fetch-session-cache-slots flush group-consumer-heartbeat-interval " +
 			"group-consumer-session-timeout group-initial-rebalance-delay group-max-session-timeout " +
 			"group-min-session-timeout inter-broker-listener-name listen listener-security-protocol-map " +
-			"listeners log-cleanup-policy log-format log-level log-retention log-retention-bytes " +
+			"listeners log-cleanup-policy log-format log-level log-max-open-segment-files log-retention log-retention-bytes " +
 			"log-retention-check-interval log-roll log-segment-bytes max-connections " +
 			"max-connections-per-ip message-max-bytes metrics-listen min-insync-replicas node-id " +
 			"num-partitions offsets-retention offsets-topic-partitions queued-max-request-bytes " +

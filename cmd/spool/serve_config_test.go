@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spoolmq/spool"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -168,4 +171,23 @@ func TestServeConfigSecretFromFile(t *testing.T) {
 	require.Contains(t, s.log(), "--sasl-plain=(secret)")
 	require.NotContains(t, s.log(), alicePW)
 	require.NotContains(t, s.log(), bobPW)
+}
+
+// spool.log.max.open.segment.files sets --log-max-open-segment-files, and
+// so the broker's bound on open segment files; a value that is not a
+// number is refused, naming the line.
+func TestServeConfigMaxOpenSegmentFiles(t *testing.T) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	d := addBrokerDefaultFlags(fs)
+	_, err := applyConfigFile(fs, writeConfig(t, "", "spool.log.max.open.segment.files=100"), true, io.Discard)
+	require.NoError(t, err)
+	var o spool.Options
+	require.NoError(t, d.apply(&o))
+	require.Equal(t, 100, o.MaxOpenSegmentFiles)
+
+	fs = flag.NewFlagSet("serve", flag.ContinueOnError)
+	addBrokerDefaultFlags(fs)
+	_, err = applyConfigFile(fs, writeConfig(t, "", "spool.log.max.open.segment.files=many"), true, io.Discard)
+	require.ErrorIs(t, err, errConfig)
+	require.ErrorContains(t, err, "server.properties:1: spool.log.max.open.segment.files")
 }

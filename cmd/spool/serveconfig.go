@@ -91,6 +91,7 @@ var configKeys = []configKey{
 	{key: "log.roll.hours", flags: []string{"log-roll"}, conv: unitValue(time.Hour)},
 	{key: "log.roll.ms", flags: []string{"log-roll"}, conv: msValue},
 	{key: "log.retention.check.interval.ms", flags: []string{"log-retention-check-interval"}, conv: msValue},
+	{key: "spool.log.max.open.segment.files", flags: []string{"log-max-open-segment-files"}, conv: intValue},
 	{key: "log.cleanup.policy", flags: []string{"log-cleanup-policy"}, conv: func(_ *configFile, v string) (string, error) {
 		return strings.ReplaceAll(strings.ToLower(v), " ", ""), nil
 	}},

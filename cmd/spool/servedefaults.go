@@ -19,6 +19,7 @@ type brokerDefaults struct {
 	retentionBytes, segmentBytes                 int64
 	cleanupPolicy                                string
 	maxMessage                                   int
+	maxOpenSegmentFiles                          int
 	offsetsRetention, initialRebalance           time.Duration
 	minSession, maxSession, txnMaxTimeout        time.Duration
 }
@@ -33,6 +34,7 @@ func addBrokerDefaultFlags(fs *flag.FlagSet) *brokerDefaults {
 	fs.Int64Var(&d.segmentBytes, "log-segment-bytes", 0, "roll a partition's segment at this size in `bytes` (log.segment.bytes) (default 1 GiB)")
 	fs.DurationVar(&d.roll, "log-roll", 0, "roll a segment once its first record is this `duration` old (log.roll.ms, .hours) (default 168h)")
 	fs.DurationVar(&d.retentionCheck, "log-retention-check-interval", 0, "how often retention and age-based rolls run, a `duration` (log.retention.check.interval.ms) (default 5m)")
+	fs.IntVar(&d.maxOpenSegmentFiles, "log-max-open-segment-files", 0, "keep at most this many segment `files` open across all partitions, closing the least recently used idle ones (spool.log.max.open.segment.files); negative: no bound (default half the process's open-file limit, at least 64)")
 	fs.StringVar(&d.cleanupPolicy, "log-cleanup-policy", "", "what retention does to old records, `policy` delete, compact or compact,delete (log.cleanup.policy) (default delete)")
 	fs.IntVar(&d.maxMessage, "message-max-bytes", 0, "the largest record batch a topic accepts, after compression, in `bytes` (message.max.bytes) (default 1 MiB)")
 	fs.BoolVar(&d.unclean, "unclean-leader-election", false, "let a replica outside the ISR become leader when no in-sync one is left, losing what only the ISR held (unclean.leader.election.enable)")
@@ -87,6 +89,7 @@ func (d *brokerDefaults) apply(o *spool.Options) error {
 	o.Topic.MaxMessageBytes = d.maxMessage
 	o.Topic.UncleanLeaderElection = d.unclean
 	o.RetentionCheckInterval = d.retentionCheck
+	o.MaxOpenSegmentFiles = d.maxOpenSegmentFiles
 	o.OffsetsRetention = d.offsetsRetention
 	o.OffsetsTopicPartitions, o.TransactionStatePartitions = int32(d.offsetsPartitions), int32(d.txnPartitions)
 	o.TransactionMaxTimeout = d.txnMaxTimeout

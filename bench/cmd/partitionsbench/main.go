@@ -72,6 +72,9 @@ type config struct {
 	phases     string
 	memProfile string
 	cpuProfile string
+	// maxOpenFiles is the broker's Options.MaxOpenSegmentFiles (0: its
+	// default).
+	maxOpenFiles int
 }
 
 // measure is what one child reports, as one JSON line on stdout.
@@ -109,6 +112,7 @@ func main() {
 	flag.Int64Var(&cfg.minFree, "min-free", 5<<30, "abort when the data directory's file system has fewer free bytes")
 	flag.BoolVar(&cfg.markdown, "markdown", false, "print a markdown table")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the data directory")
+	flag.IntVar(&cfg.maxOpenFiles, "max-open-segment-files", 0, "the broker's bound on open segment files, Options.MaxOpenSegmentFiles (0: its default, half the open-file limit; negative: none)")
 	flag.StringVar(&cfg.phases, "phases", "create,open,crash,produce", "phases to run, in this order")
 	flag.StringVar(&cfg.memProfile, "memprofile", "", "write a heap profile of the idle broker after the open phase to this file")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of each phase, from Open to Close, to this file with .<phase> appended (open after a crash: .open-after-crash)")
@@ -211,7 +215,7 @@ func run(cfg config) error {
 func runPhase(self, phase string, cfg config, data string, kill bool) (measure, error) {
 	args := []string{"--child", phase, "--dir", data, "--memprofile", cfg.memProfile, "--cpuprofile", cfg.cpuProfile,
 		"--partitions", strconv.Itoa(cfg.partitions), "--topics", strconv.Itoa(cfg.topics),
-		"--records", strconv.Itoa(cfg.records)}
+		"--records", strconv.Itoa(cfg.records), "--max-open-segment-files", strconv.Itoa(cfg.maxOpenFiles)}
 	cmd := exec.Command(self, args...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -316,7 +320,7 @@ func fdKinds(k map[string]int, n float64) string {
 func runChild(phase string, cfg config) (measure, error) {
 	m := measure{Phase: phase}
 	ctx := context.Background()
-	opts := spool.Options{Flush: log.None}
+	opts := spool.Options{Flush: log.None, MaxOpenSegmentFiles: cfg.maxOpenFiles}
 	m.BaseRSS, m.BaseFDs, m.BaseGor, m.BaseFile = rss(), countFDs(nil), runtime.NumGoroutine(), status("RssFile:")
 	if cfg.cpuProfile != "" {
 		stop, err := startCPUProfile(cfg.cpuProfile, phase, cfg.dir)
