@@ -137,9 +137,11 @@ func OpenWithInfo(dir string, opts Options) (*Log, RecoveryInfo, error) {
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, RecoveryInfo{}, fmt.Errorf("log: %w", err)
 	}
-	lk, err := fsys.Lock(filepath.Join(dir, lockFile))
-	if err != nil {
-		return nil, RecoveryInfo{}, fmt.Errorf("log: open %s: %w", dir, err)
+	var lk io.Closer = noLock{}
+	if !opts.DirLocked {
+		if lk, err = fsys.Lock(filepath.Join(dir, lockFile)); err != nil {
+			return nil, RecoveryInfo{}, fmt.Errorf("log: open %s: %w", dir, err)
+		}
 	}
 	l := &Log{
 		dir:    dir,
@@ -166,6 +168,12 @@ func OpenWithInfo(dir string, opts Options) (*Log, RecoveryInfo, error) {
 	}
 	return l, info, nil
 }
+
+// noLock stands for the directory lock of a log opened with DirLocked:
+// its caller holds the lock that matters.
+type noLock struct{}
+
+func (noLock) Close() error { return nil }
 
 // load opens the segments and recovers what may not be durable.
 func (l *Log) load() (RecoveryInfo, error) {
