@@ -458,6 +458,10 @@ func (b *Broker) logOptions(c TopicConfig) log.Options {
 		FlushTimes:             &b.metrics.flush,
 		Scheduler:              b.sched,
 		Files:                  b.files,
+		// The broker's lock on its data directory keeps other processes
+		// out of every partition under it, and it opens each partition
+		// once: a lock per partition would only cost a descriptor each.
+		DirLocked: true,
 	}
 }
 

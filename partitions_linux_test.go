@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -86,4 +87,52 @@ func TestRealFullDisk(t *testing.T) {
 	require.NoError(t, b.CreateTopic(ctx, "b", TopicConfig{}))
 	_, err = b.Produce(ctx, Record{Topic: "b", Value: []byte("x")})
 	require.NoError(t, err)
+}
+
+// descriptorsUnder lists the paths of this process's open file
+// descriptors on files under dir, from /proc/self/fd.
+func descriptorsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	var out []string
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err == nil && strings.HasPrefix(target, dir+string(filepath.Separator)) {
+			out = append(out, target)
+		}
+	}
+	return out
+}
+
+// The broker's lock on its data directory is the only lock it holds: its
+// partitions' logs take none of their own (the broker's excludes other
+// processes from all of them), so no partition holds a .lock descriptor.
+// A second broker on the same directory still fails, and the directory
+// opens again once the first has closed.
+func TestBrokerLocksItsDataDirNotEachPartition(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir()) // /proc shows resolved paths
+	require.NoError(t, err)
+	ctx := context.Background()
+	b := openBroker(t, dir, Options{})
+	require.NoError(t, b.CreateTopic(ctx, "t", TopicConfig{Partitions: 4}))
+	_, err = b.Produce(ctx, Record{Topic: "t", Value: []byte("v")})
+	require.NoError(t, err)
+	var locks []string
+	for _, p := range descriptorsUnder(t, dir) {
+		if filepath.Base(p) == ".lock" {
+			locks = append(locks, p)
+		}
+	}
+	require.Equal(t, []string{filepath.Join(dir, ".lock")}, locks)
+	for i := range 4 {
+		_, err := os.Stat(filepath.Join(dir, fmt.Sprint("t-", i), ".lock"))
+		require.ErrorIs(t, err, os.ErrNotExist)
+	}
+
+	_, err = Open(dir, Options{})
+	require.ErrorIs(t, err, ErrLocked, "a second broker on the data directory")
+	require.NoError(t, b.Close())
+	b = openBroker(t, dir, Options{})
+	require.NoError(t, b.Close())
 }

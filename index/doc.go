@@ -48,6 +48,12 @@
 //	   the entries       rest of the last       never touched
 //	                     growth step
 //
+// An open index holds no file descriptor: the map keeps the file, and the
+// rare operations that need a descriptor - a growth, a trim, a sync - open
+// the file again by path for the call (and refuse, with ErrReopen, when
+// the path names another file). A process can keep many idle segments
+// open without two descriptors each.
+//
 // When a segment is sealed or closed cleanly the file is trimmed - cut to
 // its entries. Maps are advised for random access (MADV_RANDOM on Linux):
 // lookups are binary searches, and readahead would only read pages nobody

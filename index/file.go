@@ -27,6 +27,11 @@ var (
 	ErrReadOnly = errors.New("index: read-only")
 	// ErrFault means the memory map faulted (the file shrank under it).
 	ErrFault = errors.New("index: memory map fault")
+	// ErrReopen means the index could not open its file again for an
+	// operation the map cannot do (growth, trim, fsync): the open failed,
+	// or the path now names another file than the one mapped. Nothing was
+	// changed; the error also wraps the cause.
+	ErrReopen = errors.New("index: cannot reopen the mapped file")
 )
 
 // Growth of a writable file: the first step, and the most one step adds.
@@ -43,14 +48,23 @@ const (
 // (appends, truncates, grows); any number read concurrently: n is published
 // with an atomic store after the entry bytes are written.
 //
+// A file holds no file descriptor: the map does not need one once made
+// (the kernel keeps the mapped file alive through the map), and a broker
+// with thousands of idle partitions would otherwise spend two descriptors
+// on each for nothing. The few operations that do need one - growth
+// (fallocate), trim (ftruncate) and sync (fsync) - open the file again by
+// path and close it after (see reopen); they are rare next to lookups and
+// appends, which only touch the map.
+//
 // A writable file maps its whole maximum size (address space only) but
 // holds real disk blocks only for its first alloc bytes - its size on
 // disk, always whole entries. An entry is written only below alloc: the
 // file is grown (fallocate) first, so a full disk is an error from the
 // append and never a fault on a page past the end of the file.
 type file struct {
+	fsys      vfs.FS
 	path      string
-	f         vfs.File
+	id        fs.FileInfo // the file mapped, told from another at path by os.SameFile
 	mm        mmap.MMap
 	entrySize int
 	max       int // entries the mapping can hold
@@ -86,20 +100,29 @@ func open(fsys vfs.FS, path string, entrySize, maxBytes int, writable bool, vali
 	if err != nil {
 		return nil, err
 	}
-	ix := &file{path: path, f: f, entrySize: entrySize}
+	ix := &file{fsys: fsys, path: path, entrySize: entrySize}
 	ix.writable.Store(writable)
-	if err := ix.mapFile(maxBytes, valid); err != nil {
-		f.Close()
+	err = ix.mapFile(f, maxBytes, valid)
+	// The map keeps the file; the descriptor is not needed past here.
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("index: close %s after mapping it: %w", path, cerr)
+	}
+	if err != nil {
+		if ix.mm != nil {
+			_ = ix.mm.Unmap()
+			ix.mm = nil
+		}
 		return nil, err
 	}
 	return ix, nil
 }
 
-func (ix *file) mapFile(maxBytes int, valid func([]byte, int) int) error {
-	st, err := ix.f.Stat()
+func (ix *file) mapFile(f vfs.File, maxBytes int, valid func([]byte, int) int) error {
+	st, err := f.Stat()
 	if err != nil {
 		return err
 	}
+	ix.id = st
 	size := st.Size()
 	maxBytes -= maxBytes % ix.entrySize
 	// Every size the file has ever had is whole entries: trimmed to its
@@ -126,7 +149,7 @@ func (ix *file) mapFile(maxBytes int, valid func([]byte, int) int) error {
 		if ix.writable.Load() {
 			prot = mmap.RDWR
 		}
-		mm, err := mmap.MapRegion(ix.f.OS(), mapBytes, prot, 0, 0)
+		mm, err := mmap.MapRegion(f.OS(), mapBytes, prot, 0, 0)
 		if err != nil {
 			return fmt.Errorf("index: mmap %s: %w", ix.path, err)
 		}
@@ -197,6 +220,33 @@ func (ix *file) guard(fn func()) (err error) {
 	}()
 	fn()
 	return nil
+}
+
+// reopen opens the mapped file again, by path, for an operation the map
+// cannot do; the caller closes it when done. It fails, wrapping ErrReopen,
+// when the open fails or the path no longer names the file mapped (it was
+// removed, or replaced by another): an operation on another file at the
+// same path - a ftruncate, say - would damage that file, and an fsync of
+// it would say nothing about this one.
+//
+// The descriptor's close is not checked by the callers: it is used only
+// for fallocate, ftruncate and fsync, each of which reports its own
+// failure, and Linux reports writeback errors through fsync (and msync),
+// not close.
+func (ix *file) reopen(flag int) (vfs.File, error) {
+	f, err := ix.fsys.OpenFile(ix.path, flag, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: %w", ErrReopen, ix.path, err)
+	}
+	st, err := f.Stat()
+	if err == nil && !os.SameFile(st, ix.id) {
+		err = errors.New("the path names another file than the one mapped")
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w %s: %w", ErrReopen, ix.path, err)
+	}
+	return f, nil
 }
 
 func (ix *file) entries() int { return int(ix.n.Load()) }
@@ -288,11 +338,17 @@ func (ix *file) grow(end int) error {
 // allocate gives the file disk blocks up to size. On failure it cuts the
 // file back to the size it had: a failed fallocate may have extended it
 // part of the way (ext4 keeps what it allocated before running out), and
-// the file must stay entries and zeros up to alloc, nothing after.
+// the file must stay entries and zeros up to alloc, nothing after. A
+// failure to reopen the file changes nothing.
 func (ix *file) allocate(size int) error {
+	f, err := ix.reopen(os.O_RDWR)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	defer ix.synced.Store(false)
-	if err := ix.f.Allocate(int64(ix.alloc), int64(size-ix.alloc)); err != nil {
-		_ = ix.f.Truncate(int64(ix.alloc))
+	if err := f.Allocate(int64(ix.alloc), int64(size-ix.alloc)); err != nil {
+		_ = f.Truncate(int64(ix.alloc))
 		return err
 	}
 	return nil
@@ -340,7 +396,12 @@ func (ix *file) trim() error {
 	}
 	size := ix.entries() * ix.entrySize
 	if size != ix.alloc { // an index closed clean and not written since is trimmed already
-		err := ix.f.Truncate(int64(size))
+		f, err := ix.reopen(os.O_RDWR)
+		if err != nil {
+			return fmt.Errorf("index: trim: %w", err)
+		}
+		err = f.Truncate(int64(size))
+		f.Close()
 		ix.synced.Store(false)
 		if err != nil {
 			return fmt.Errorf("index: trim %s: %w", ix.path, err)
@@ -352,8 +413,28 @@ func (ix *file) trim() error {
 	return nil
 }
 
-// sync makes the entries durable. On Linux fsync also writes back pages
-// dirtied through the map; msync first keeps that true elsewhere.
+// sync makes the entries durable: msync(MS_SYNC) of the map, then fsync
+// of the file opened again (the file holds no descriptor between calls).
+//
+// Why that is enough, on Linux: msync(MS_SYNC) of a MAP_SHARED map is an
+// fdatasync of the map's range through the file description the map holds
+// (the one open() made, which the kernel keeps alive with the map): it
+// writes the pages dirtied through the map and reports a writeback error
+// on them since that open. fsync acts on the inode, not on the descriptor
+// it is called on: it writes every dirty page of the file - those dirtied
+// through the map since the msync, and those of a trimmed index, which is
+// not msynced, included - and the inode's metadata (the size a growth or a
+// trim changed, the blocks fallocate gave), and flushes the device's
+// cache. A writeback error that happened while no descriptor was open is
+// not lost either: a description opened since samples the file's error
+// state so that it still reports an error nobody has seen yet (errseq,
+// Linux 4.13 on), and nothing but this index's syncs fsyncs the file -
+// they see the first failure and keep it (syncErr). Elsewhere msync first
+// is what POSIX asks for pages written through a map.
+//
+// A failure to reopen the file is returned and changes nothing: no page
+// was written or dropped, so a later sync may still succeed. A failure of
+// msync or fsync is sticky, below.
 //
 // An index unchanged since its last sync (or since AssumeSynced) is not
 // synced again. The flag is set before the msync: a change made while it
@@ -371,6 +452,11 @@ func (ix *file) sync() error {
 	if ix.synced.Load() {
 		return nil
 	}
+	f, err := ix.reopen(os.O_RDONLY)
+	if err != nil {
+		return fmt.Errorf("index: sync: %w", err)
+	}
+	defer f.Close()
 	ix.synced.Store(true)
 	if ix.mm != nil && ix.writable.Load() {
 		if err := ix.mm.Flush(); err != nil {
@@ -379,7 +465,7 @@ func (ix *file) sync() error {
 			return ix.syncErr
 		}
 	}
-	if err := ix.f.Sync(); err != nil {
+	if err := f.Sync(); err != nil {
 		ix.synced.Store(false)
 		ix.syncErr = fmt.Errorf("index: fsync %s: %w", ix.path, err)
 		return ix.syncErr
@@ -392,8 +478,8 @@ func (ix *file) sync() error {
 // the next sync has nothing to do until it changes.
 func (ix *file) assumeSynced() { ix.synced.Store(true) }
 
-// close unmaps and closes the file; a writable index is trimmed first when
-// trim is set.
+// close unmaps the file; a writable index is trimmed first when trim is
+// set.
 func (ix *file) close(trim bool) error {
 	var err error
 	if trim {
@@ -404,9 +490,6 @@ func (ix *file) close(trim bool) error {
 			err = uerr
 		}
 		ix.mm = nil
-	}
-	if cerr := ix.f.Close(); err == nil && cerr != nil && !errors.Is(cerr, fs.ErrClosed) {
-		err = cerr
 	}
 	return err
 }

@@ -297,6 +297,9 @@ func (l *Log) writeHeld(b record.Batch, replica bool) (base, end, truncs int64, 
 			b.SetPartitionLeaderEpoch(e)
 		}
 	}
+	if err := l.markUnclean(); err != nil {
+		return 0, 0, 0, err
+	}
 	if err := l.maybeRoll(b); err != nil {
 		return 0, 0, 0, err
 	}
@@ -343,6 +346,9 @@ func (l *Log) maybeRoll(b record.Batch) error {
 
 // roll seals the active segment and creates the next. Called with mu held.
 func (l *Log) roll() error {
+	if err := l.markUnclean(); err != nil {
+		return err
+	}
 	old := l.active
 	next := l.next.Load()
 	if !old.Sealed() {

@@ -94,7 +94,7 @@ func (l *Log) checkpoint() error {
 	l.markDurable(active, size, end)
 	rp := RecoveryPoint{Offset: end, SegmentBase: active.Base(), Position: size}
 	start := l.start.Load()
-	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: rp, StartOffset: start, CleanerOffset: l.cleanerOffset}); err != nil {
+	if err := l.writeCheckpoint(Checkpoint{RecoveryPoint: rp, StartOffset: start, CleanerOffset: l.cleanerOffset}); err != nil {
 		return l.fail(err)
 	}
 	l.rp = rp
@@ -121,9 +121,12 @@ func (l *Log) cpStateLocked(size, end, start int64) cpState {
 }
 
 // writeStateLocked records the current recovery point with a new log start
-// offset. Called with cpMu held.
+// offset. Called with cpMu held. Like every checkpoint but Close's, it says
+// the log is open: the paths that call it before changing the files
+// (retention, DeleteRecordsBefore, Reset, Truncate) need no markUnclean of
+// their own for that change.
 func (l *Log) writeStateLocked(start int64) error {
-	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: l.rp, StartOffset: start, CleanerOffset: l.cleanerOffset}); err != nil {
+	if err := l.writeCheckpoint(Checkpoint{RecoveryPoint: l.rp, StartOffset: start, CleanerOffset: l.cleanerOffset}); err != nil {
 		return l.fail(err)
 	}
 	return nil

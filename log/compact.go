@@ -452,6 +452,9 @@ func (l *Log) swapIn(group []*segment.Segment, base int64) error {
 		}
 	}
 
+	if err := l.markUnclean(); err != nil {
+		return abandon(err)
+	}
 	// Before the commit point a failure leaves the old segments in force.
 	removeSwaps := func() {
 		for _, suffix := range []string{segment.IndexSuffix, segment.TimeIndexSuffix, segment.TxnIndexSuffix} {

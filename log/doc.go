@@ -54,6 +54,16 @@
 // atomically with its own CRC when a segment rolls, every
 // CheckpointInterval, on Sync and on Close.
 //
+// The clean mark is not taken down when a log opens: Open keeps the clean
+// close's checkpoint while the files are exactly as it describes them, and
+// replaces it with one that says "not closed cleanly", durably, before the
+// first change to them - an append, a roll, a truncation, a reset, a
+// deletion by retention or DeleteRecordsBefore, a compaction's swap, a
+// .txnindex entry written or cut. So a crash never leaves a clean mark
+// over files it does not describe, and opening and closing a log nobody
+// wrote to costs no fsync at all (a Close that finds the mark still there
+// has nothing to record).
+//
 // A log runs no goroutine of its own. Its background work - the Interval
 // flush, the checkpoints, retention - is jobs it registers with a
 // Scheduler (Options.Scheduler; by default one the package shares), which

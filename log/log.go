@@ -89,6 +89,20 @@ type Log struct {
 	cleanerOffset int64   // compaction has cleaned offsets below; guarded by cpMu
 	flushed       cpState // what the last full flush made durable; guarded by cpMu
 
+	// cleanOnDisk is true while the checkpoint file still carries the
+	// clean-shutdown mark of the last close: Open found the files as
+	// that close left them and kept it, rather than spend two fsyncs
+	// replacing it (an idle partition's open and close then fsync
+	// nothing). Before anything changes the files - an append, a roll, a
+	// truncation, a deletion, a compaction's swap, a .txnindex change -
+	// markUnclean replaces the mark with openCP, durably: a crash must
+	// never leave a clean mark over files that differ from what it
+	// describes, or the next Open would trust them unchecked. Any
+	// checkpoint written (all but Close's say "not clean") clears it.
+	cleanOnDisk atomic.Bool
+	openCP      Checkpoint // the checkpoint as Open would have written it: not clean
+	cpFileMu    sync.Mutex // serialises writes of the checkpoint file; taken last, after cpMu and mu
+
 	cleanMu sync.Mutex // one Clean at a time
 
 	damage damageSet // where reads found damaged batches
@@ -138,9 +152,11 @@ func OpenWithInfo(dir string, opts Options) (*Log, RecoveryInfo, error) {
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, RecoveryInfo{}, fmt.Errorf("log: %w", err)
 	}
-	lk, err := fsys.Lock(filepath.Join(dir, lockFile))
-	if err != nil {
-		return nil, RecoveryInfo{}, fmt.Errorf("log: open %s: %w", dir, err)
+	var lk io.Closer = noLock{}
+	if !opts.DirLocked {
+		if lk, err = fsys.Lock(filepath.Join(dir, lockFile)); err != nil {
+			return nil, RecoveryInfo{}, fmt.Errorf("log: open %s: %w", dir, err)
+		}
 	}
 	l := &Log{
 		dir:    dir,
@@ -167,6 +183,12 @@ func OpenWithInfo(dir string, opts Options) (*Log, RecoveryInfo, error) {
 	}
 	return l, info, nil
 }
+
+// noLock stands for the directory lock of a log opened with DirLocked:
+// its caller holds the lock that matters.
+type noLock struct{}
+
+func (noLock) Close() error { return nil }
 
 // load opens the segments and recovers what may not be durable.
 func (l *Log) load() (RecoveryInfo, error) {
@@ -230,11 +252,15 @@ func (l *Log) load() (RecoveryInfo, error) {
 	l.start.Store(start)
 	l.committed.Store(end)
 	l.durable = end
+	keepMark := info.Clean // and the files are still as the clean close left them
 
 	// A torn tail took markers with it: their aborted transactions are
 	// not aborted (a missing or damaged index is left for the partition
 	// to rebuild).
 	if l.active.TxnIndexErr() == nil {
+		if txnCutChanges(l.active, end) {
+			keepMark = false
+		}
 		if err := l.active.TruncateAbortedTxns(end); err != nil {
 			return info, err
 		}
@@ -243,6 +269,7 @@ func (l *Log) load() (RecoveryInfo, error) {
 	// Segments wholly below the start offset are what a crash left of a
 	// DeleteRecordsBefore or Reset: nothing in them is readable.
 	if n := whollyBelow(segs, start); n > 0 {
+		keepMark = false // the files are no longer as the clean close left them
 		l.logger.Info("deleting segments below the log start offset", "segments", n, "start_offset", start)
 		if err := l.deleteFirst(n); err != nil {
 			return info, err
@@ -258,11 +285,53 @@ func (l *Log) load() (RecoveryInfo, error) {
 	}
 	l.rp = RecoveryPoint{Offset: end, SegmentBase: l.active.Base(), Position: l.active.Size()}
 	l.cleanerOffset = min(cp.CleanerOffset, end)
-	if err := writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: l.rp, StartOffset: start, CleanerOffset: l.cleanerOffset}); err != nil {
+	l.openCP = Checkpoint{RecoveryPoint: l.rp, StartOffset: start, CleanerOffset: l.cleanerOffset}
+	l.flushed = l.cpStateLocked(l.active.Size(), end, start)
+	if keepMark && cp == (Checkpoint{RecoveryPoint: l.rp, StartOffset: start, CleanerOffset: l.cleanerOffset, CleanShutdown: true}) {
+		// The files are as the clean close left them, and its
+		// checkpoint says so exactly: keep it until the first change
+		// (markUnclean). A crash before then finds them as it says.
+		l.cleanOnDisk.Store(true)
+		return info, nil
+	}
+	if err := l.writeCheckpoint(l.openCP); err != nil {
 		return info, err
 	}
-	l.flushed = l.cpStateLocked(l.active.Size(), end, start)
 	return info, nil
+}
+
+// markUnclean replaces a clean-shutdown mark Open kept (cleanOnDisk) with
+// a checkpoint that says "not closed cleanly", durably, before the caller
+// changes the log's files; once replaced it costs an atomic load. Any
+// caller may hold cpMu and mu or neither. A failure fails the log: the
+// change must not happen while the mark may still be on disk.
+func (l *Log) markUnclean() error {
+	if !l.cleanOnDisk.Load() {
+		return nil
+	}
+	l.cpFileMu.Lock()
+	defer l.cpFileMu.Unlock()
+	if !l.cleanOnDisk.Load() {
+		return nil
+	}
+	if err := writeCheckpoint(l.fs, l.dir, l.openCP); err != nil {
+		return l.fail(err)
+	}
+	l.cleanOnDisk.Store(false)
+	return nil
+}
+
+// writeCheckpoint replaces the checkpoint file with c, one writer at a
+// time. Once a checkpoint that is not clean is on disk, the mark Open kept
+// is gone (cleanOnDisk).
+func (l *Log) writeCheckpoint(c Checkpoint) error {
+	l.cpFileMu.Lock()
+	defer l.cpFileMu.Unlock()
+	if err := writeCheckpoint(l.fs, l.dir, c); err != nil {
+		return err
+	}
+	l.cleanOnDisk.Store(c.CleanShutdown)
+	return nil
 }
 
 // scanDir lists the segments' base offsets and removes debris: temporary
@@ -527,7 +596,15 @@ func (l *Log) Close() error {
 		}
 		if err == nil {
 			rp := RecoveryPoint{Offset: l.next.Load(), SegmentBase: l.active.Base(), Position: l.active.Size()}
-			err = writeCheckpoint(l.fs, l.dir, Checkpoint{RecoveryPoint: rp, StartOffset: l.start.Load(), CleanShutdown: true, CleanerOffset: l.cleanerOffset})
+			cp := Checkpoint{RecoveryPoint: rp, StartOffset: l.start.Load(), CleanShutdown: true, CleanerOffset: l.cleanerOffset}
+			// A log not changed since Open kept the clean mark has
+			// that very checkpoint on disk already: closing it
+			// writes nothing.
+			unchanged := l.openCP
+			unchanged.CleanShutdown = true
+			if !l.cleanOnDisk.Load() || cp != unchanged {
+				err = l.writeCheckpoint(cp)
+			}
 		}
 		clean = err == nil
 	}

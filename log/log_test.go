@@ -793,3 +793,27 @@ func TestRollIfOld(t *testing.T) {
 	require.True(t, rolled)
 	require.Equal(t, 2, l.NumSegments())
 }
+
+// A log opened with DirLocked takes no lock of its own - no .lock file, no
+// descriptor on one - since its caller's lock keeps other processes out;
+// one opened alone still locks (TestLockExcludesSecondOpen).
+func TestDirLockedTakesNoLock(t *testing.T) {
+	dir := t.TempDir()
+	opts := tiny()
+	opts.DirLocked = true
+	l, err := Open(dir, opts)
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, lockFile))
+	require.ErrorIs(t, err, os.ErrNotExist, "no lock file")
+	_, err = l.Append(record.Record{Value: []byte("v")})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+
+	l, err = Open(dir, tiny())
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, lockFile))
+	require.NoError(t, err, "a log opened alone locks")
+	_, err = Open(dir, tiny())
+	require.ErrorIs(t, err, ErrLocked)
+	require.NoError(t, l.Close())
+}

@@ -232,6 +232,14 @@ type Options struct {
 	// the log is open (a process with many partitions then needs as many
 	// file descriptors as segments).
 	Files *FilePool
+	// DirLocked says that the caller holds a lock that excludes every
+	// other process from the log's directory - as a Broker's lock on its
+	// data directory does for the partitions under it - and opens the
+	// directory in at most one Log at a time. Open then takes no lock of
+	// its own (an flock on <dir>/.lock, held open while the log is), which
+	// spares each of many partitions a file descriptor. Default false:
+	// Open locks the directory, and fails if another Log holds it.
+	DirLocked bool
 
 	fs  vfs.FS           // FS or the default; this package's tests may set it directly
 	now func() time.Time // the clock; tests set it

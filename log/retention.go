@@ -183,6 +183,9 @@ func (l *Log) Truncate(offset int64) (int64, error) {
 	if offset < l.start.Load() {
 		return 0, fmt.Errorf("%w: truncate to %d below the start offset %d", ErrOffsetOutOfRange, offset, l.start.Load())
 	}
+	if err := l.markUnclean(); err != nil {
+		return 0, err
+	}
 	segs := l.segments()
 	// Keep the segments that begin at or below offset; the last of them
 	// becomes the active segment, cut at offset.

@@ -28,6 +28,9 @@ func (l *Log) AppendAbortedTxn(e segment.AbortedTxn) error {
 	}
 	segs := l.segments()
 	s := segs[segmentFor(segs, e.LastOffset)]
+	if err := l.markUnclean(); err != nil {
+		return err
+	}
 	if err := s.AppendAbortedTxn(e); err != nil {
 		return l.fail(err)
 	}
@@ -56,6 +59,12 @@ func (l *Log) TruncateAbortedTxns(offset int64) error {
 	}
 	segs := l.segments()
 	for _, s := range segs[segmentFor(segs, offset):] {
+		if !txnCutChanges(s, offset) {
+			continue // a partition's open asks this of an intact log: no fsync, no mark
+		}
+		if err := l.markUnclean(); err != nil {
+			return err
+		}
 		if err := s.TruncateAbortedTxns(offset); err != nil {
 			return l.fail(err)
 		}
@@ -102,4 +111,12 @@ func (l *Log) AbortedTxns(from, upTo int64) ([]segment.AbortedTxn, error) {
 		}
 	}
 	return out, nil
+}
+
+// txnCutChanges reports whether s.TruncateAbortedTxns(offset) would change
+// the segment's .txnindex: it holds an entry whose marker is at or after
+// offset, or it is missing or damaged (and would be replaced).
+func txnCutChanges(s *segment.Segment, offset int64) bool {
+	entries, err := s.AbortedTxns()
+	return err != nil || (len(entries) > 0 && entries[len(entries)-1].LastOffset >= offset)
 }
