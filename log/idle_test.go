@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/spoolmq/spool/internal/vfs"
 	"github.com/spoolmq/spool/segment"
@@ -170,6 +171,86 @@ func TestCleanReopenSyncsNothing(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, info.Clean)
 			require.Equal(t, end, l.EndOffset())
+			require.NoError(t, l.Close())
+		})
+	}
+}
+
+// TestCrashReopenDefersTheFlush: under None and Interval, a log opened
+// after a crash recovers its tail without an fsync, a checkpoint write or
+// a directory sync - the checkpoint on disk already says "not closed
+// cleanly", and its recovery point is still true. The next checkpoint
+// makes the recovered tail durable and records it; until then an unclean
+// restart checks it again, and a power loss (Crash dropping what no fsync
+// covered) can take only what lies past the old recovery point. Under
+// Sync, open flushes at once as before.
+func TestCrashReopenDefersTheFlush(t *testing.T) {
+	for _, flush := range []FlushPolicy{None, Interval(time.Hour), Sync} {
+		t.Run(flush.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			var segmentSyncs, otherWrites atomic.Int64
+			opts := tiny()
+			opts.Flush = flush
+			opts.fs = vfs.NewFaultFS(vfs.Default, func(op vfs.Op, path string, n int) (int, error) {
+				switch op {
+				case vfs.OpSync:
+					if _, _, ok := segment.ParseFileName(filepath.Base(path)); ok {
+						segmentSyncs.Add(1)
+					} else {
+						otherWrites.Add(1)
+					}
+				case vfs.OpSyncDir, vfs.OpRename:
+					otherWrites.Add(1)
+				}
+				return n, nil
+			})
+			l, err := Open(dir, opts)
+			require.NoError(t, err)
+			rng := rand.New(rand.NewPCG(4, 4))
+			flushed := appendN(t, l, 50, 3, rng)
+			require.NoError(t, l.checkpoint())
+			end := appendN(t, l, 150, 3, rng)
+			require.Greater(t, l.NumSegments(), 2)
+			require.NoError(t, l.Crash(false)) // a process kill: the page cache keeps it all
+
+			segmentSyncs.Store(0)
+			otherWrites.Store(0)
+			l, info, err := OpenWithInfo(dir, opts)
+			require.NoError(t, err)
+			require.False(t, info.Clean)
+			require.NotZero(t, info.SegmentsChecked)
+			require.Equal(t, end, l.EndOffset())
+			checkRecords(t, readAll(t, l, 0), 0, end)
+			if flush == Sync {
+				require.NotZero(t, segmentSyncs.Load(), "under Sync open makes the recovered tail durable")
+				require.NoError(t, l.Close())
+				return
+			}
+			require.Zero(t, segmentSyncs.Load(), "open after a crash synced segment files")
+			require.Zero(t, otherWrites.Load(), "open after a crash rewrote the checkpoint or synced the directory")
+
+			// A power loss before the next checkpoint: only what lies
+			// past the old recovery point may go, and the next open
+			// checks again.
+			require.NoError(t, l.Crash(true))
+			l, info, err = OpenWithInfo(dir, opts)
+			require.NoError(t, err)
+			require.False(t, info.Clean)
+			got := l.EndOffset()
+			require.GreaterOrEqual(t, got, flushed)
+			checkRecords(t, readAll(t, l, 0), 0, got)
+
+			// The next checkpoint flushes the recovered tail and moves the
+			// recovery point: a power loss after it loses nothing.
+			end = appendN(t, l, 20, 3, rng)
+			segmentSyncs.Store(0)
+			require.NoError(t, l.checkpoint())
+			require.NotZero(t, segmentSyncs.Load())
+			require.NoError(t, l.Crash(true))
+			l, err = Open(dir, opts)
+			require.NoError(t, err)
+			require.Equal(t, end, l.EndOffset())
+			checkRecords(t, readAll(t, l, 0), 0, end)
 			require.NoError(t, l.Close())
 		})
 	}

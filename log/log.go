@@ -198,6 +198,7 @@ func (l *Log) load() (RecoveryInfo, error) {
 		return info, err
 	}
 	cp, err := readCheckpoint(l.fs, l.dir)
+	cpRead := err == nil
 	switch {
 	case err == nil:
 	case errors.Is(err, os.ErrNotExist):
@@ -268,13 +269,36 @@ func (l *Log) load() (RecoveryInfo, error) {
 
 	// Segments wholly below the start offset are what a crash left of a
 	// DeleteRecordsBefore or Reset: nothing in them is readable.
+	deleted := false
 	if n := whollyBelow(segs, start); n > 0 {
-		keepMark = false // the files are no longer as the clean close left them
+		keepMark, deleted = false, true // the files are no longer as the clean close left them
 		l.logger.Info("deleting segments below the log start offset", "segments", n, "start_offset", start)
 		if err := l.deleteFirst(n); err != nil {
 			return info, err
 		}
 		segs = l.segments()
+	}
+
+	// After a crash, the checkpoint on disk says already that the log was
+	// not closed cleanly, and its recovery point is still true: what lies
+	// below it was durable, and recovery checked what follows. Under None
+	// and Interval, where no append promised durability, Open leaves it
+	// so: the next checkpoint (CheckpointInterval, or Close) makes the
+	// recovered tail durable and moves the recovery point past it, and a
+	// crash before then checks the tail again. Opening after a crash then
+	// costs no fsync. Under Sync - and whenever the checkpoint on disk
+	// would not say exactly this - Open flushes and records as below.
+	if cpRead && !cp.CleanShutdown && !deleted && l.opts.Flush.kind != flushSync && cp.RecoveryPoint.Offset <= end {
+		kept := Checkpoint{RecoveryPoint: l.rp, StartOffset: start, CleanerOffset: min(cp.CleanerOffset, end)}
+		if kept == cp {
+			l.cleanerOffset = kept.CleanerOffset
+			l.openCP = kept
+			l.syncMu.Lock()
+			l.durable = cp.RecoveryPoint.Offset
+			l.syncMu.Unlock()
+			l.flushed = cpState{} // the next checkpoint flushes
+			return info, nil
+		}
 	}
 
 	// What is on disk now was checked (or closed cleanly). Make it durable
