@@ -102,7 +102,12 @@ func (it *Iterator) Skip() bool {
 	if it.left == 0 {
 		return it.Next() // the end: the same checks
 	}
-	if err := it.decode(false); err != nil {
+	if it.skipFast() {
+		it.left--
+		it.index++
+		return true
+	}
+	if err := it.decode(false); err != nil { // the error, worded
 		it.err = fmt.Errorf("%w: record %d of batch at offset %d: %v", ErrCorrupt, it.index, it.batch.BaseOffset(), err)
 		return false
 	}
@@ -220,6 +225,83 @@ func (it *Iterator) decode(materialize bool) error {
 	it.data = rest
 	return nil
 }
+
+// skipFast passes the record at the start of it.data if decode(false)
+// would, checking the same: the length, every field's framing within it,
+// the offset delta's order, the header count, nothing left over. It is
+// the walk over a produced batch that validates every record, so it reads
+// the varints in place, inline where they take one or two bytes (most of
+// a record's lengths, deltas and counts), and wraps no errors: where it
+// reports false, changing nothing, decode judges the record again (longer
+// varints included) and words the error.
+func (it *Iterator) skipFast() bool {
+	d := it.data
+	u, i := shortUvarint(d, 0)
+	length := zigzag(u)
+	if i < 0 || length < minRecordSize-1 || length > int64(len(d)-i) {
+		return false
+	}
+	end := i + int(length)
+	body := d[i:end]
+	_, j := shortUvarint(body, 1) // after the attributes: the timestamp delta
+	if j < 0 {
+		return false
+	}
+	u, j = shortUvarint(body, j)
+	off := zigzag(u)
+	if j < 0 || off <= int64(it.lastDelta) || off > int64(it.batch.LastOffsetDelta()) {
+		return false
+	}
+	for range 2 { // key, value: nullable
+		u, j = shortUvarint(body, j)
+		l := zigzag(u)
+		if j < 0 || l < -1 || l > int64(len(body)-j) {
+			return false
+		}
+		j += max(int(l), 0)
+	}
+	u, j = shortUvarint(body, j)
+	nh := zigzag(u)
+	if j < 0 || nh < 0 || nh > int64((len(body)-j)/2) {
+		return false
+	}
+	for range nh {
+		u, j = shortUvarint(body, j) // the header's key: not null
+		l := zigzag(u)
+		if j < 0 || l < 0 || l > int64(len(body)-j) {
+			return false
+		}
+		j += int(l)
+		u, j = shortUvarint(body, j) // its value: nullable
+		l = zigzag(u)
+		if j < 0 || l < -1 || l > int64(len(body)-j) {
+			return false
+		}
+		j += max(int(l), 0)
+	}
+	if j != len(body) {
+		return false
+	}
+	it.lastDelta = int32(off)
+	it.data = d[end:]
+	return true
+}
+
+// shortUvarint reads the unsigned varint at b[i:] if it takes one or two
+// bytes, returning it and the index after it; else -1 for the index.
+func shortUvarint(b []byte, i int) (uint64, int) {
+	if i < len(b) {
+		if c := b[i]; c < 0x80 {
+			return uint64(c), i + 1
+		} else if i+1 < len(b) && b[i+1] < 0x80 {
+			return uint64(c&0x7f) | uint64(b[i+1])<<7, i + 2
+		}
+	}
+	return 0, -1
+}
+
+// zigzag decodes a zig-zag encoded value.
+func zigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
 
 // readBytesField reads a varint length and that many bytes; length -1 is nil.
 func readBytesField(b []byte, what string) (field, rest []byte, err error) {

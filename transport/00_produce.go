@@ -53,8 +53,9 @@ import (
 // the group coordinator's.
 func init() { register(kmsg.Produce, 0, 13, produce) }
 
-// produceParallel bounds the partitions of one request appended at once:
-// each may wait for its own log's fsync.
+// produceParallel bounds the partitions of one request appended at once
+// where an append may wait after its write (Server.appendsWait): for its
+// own log's fsync, for its replicas.
 const produceParallel = 16
 
 // producePart is one partition of a produce request and its answer.
@@ -104,9 +105,10 @@ func produce(c *conn, req *request, body *kmsg.ProduceRequest) (kmsg.Response, e
 		}
 	}
 
-	if len(parts) < 2 || namedTwice(parts) {
+	if len(parts) < 2 || !c.s.appendsWait || namedTwice(parts) {
 		// In request order: a partition named twice gets its batches
-		// appended in the order they came.
+		// appended in the order they came. Appends that return once
+		// written gain nothing from goroutines of their own.
 		for _, p := range parts {
 			c.producePartition(req, p)
 		}

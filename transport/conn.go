@@ -259,7 +259,8 @@ func (c *conn) readBody(n int) ([]byte, error) {
 		return nil, err
 	}
 	c.nc.SetReadDeadline(deadline)
-	body := c.s.memory.buffer(n, capacity)
+	body, held := c.s.memory.buffer(n, capacity)
+	c.held = int64(held)
 	if _, err := io.ReadFull(c.r, body); err != nil {
 		if isTimeout(err) && !c.stopping.Load() {
 			c.s.readTimeouts.Add(1)
@@ -329,6 +330,14 @@ func (c *conn) handle(frame []byte) (ok bool) {
 	// frames the pool is for.
 	req.body = nil
 	c.releaseFrame()
+	if req.key == kmsg.Produce.Int16() && c.s.b.Quorum() == nil {
+		// A Produce handler of a broker without peers returns once its
+		// batches are in the log (or refused), and nothing it answers
+		// points into the frame (kmsg copies strings): its buffer can
+		// take the next large frame. (With peers, a batch may still be
+		// on its way to another node's leader.)
+		c.s.memory.keep(frame)
+	}
 	if err != nil {
 		c.s.metrics.record(req, handled, time.Time{}, 0, true)
 		c.s.logger.Debug("closing connection", "remote", c.remote, "api", kmsg.NameForKey(req.key), "err", err)

@@ -131,6 +131,74 @@ func TestRequestMemoryPool(t *testing.T) {
 	require.Equal(t, [2]int64{1 << 40, 1 << 40}, [2]int64{used, peak})
 }
 
+// Spare buffers (served Produce frames): a large frame reads into the
+// most recently kept spare of capacity n to 2n, and its reservation grows
+// to the spare's capacity - only if the pool has room for that, so used
+// still bounds what frames hold; small frames and too-large spares are
+// left alone; the spares kept stay within spareMaxBytes, the oldest given
+// up first.
+func TestRequestMemorySpares(t *testing.T) {
+	far := time.Now().Add(time.Minute)
+	m := newRequestMemory(1 << 20)
+	same := func(a, b []byte) bool { return &a[:1][0] == &b[:1][0] }
+
+	old := make([]byte, 100<<10)
+	recent := make([]byte, 100<<10)
+	m.keep(old)
+	m.keep(recent)
+	require.NoError(t, m.acquire(90<<10, far, nil))
+	b, held := m.buffer(90<<10, 90<<10)
+	require.True(t, same(b, recent), "the most recent spare first")
+	require.Equal(t, [2]int{90 << 10, 100 << 10}, [2]int{len(b), held})
+	used, _, _ := m.stats()
+	require.Equal(t, int64(100<<10), used, "the spare's whole capacity is held")
+	m.release(int64(held))
+
+	// Too small a frame for the spare (over 2x), a small frame, a frame
+	// larger than the spare: fresh buffers.
+	for _, n := range []int{40 << 10, 1000, 120 << 10} {
+		b, held = m.buffer(n, n)
+		require.False(t, same(b, old), "frame of %d bytes", n)
+		require.Equal(t, [2]int{n, n}, [2]int{len(b), held})
+	}
+
+	// No room in the pool for what the spare holds beyond the frame's
+	// reservation (the frame's 95 KiB and others' take all but 4 KiB of
+	// the pool; the spare needs 5 KiB more): a fresh buffer, and nothing
+	// more taken.
+	require.NoError(t, m.acquire(1<<20-4<<10, far, nil))
+	b, held = m.buffer(95<<10, 95<<10)
+	require.False(t, same(b, old))
+	require.Equal(t, 95<<10, held)
+	used, _, _ = m.stats()
+	require.Equal(t, int64(1<<20-4<<10), used)
+	m.release(1 << 10)
+	b, held = m.buffer(95<<10, 95<<10)
+	require.True(t, same(b, old), "room back: the spare serves")
+	require.Equal(t, 100<<10, held)
+	used, _, _ = m.stats()
+	require.Equal(t, int64(1<<20), used)
+
+	// The bound: the oldest go first; a buffer over it is not kept.
+	m = newRequestMemory(-1)
+	const size = spareMaxBytes / 4
+	var kept [][]byte
+	for range 6 {
+		kept = append(kept, make([]byte, size))
+		m.keep(kept[len(kept)-1])
+	}
+	m.keep(make([]byte, spareMaxBytes+1))
+	m.keep(make([]byte, spareMinFrame-1))
+	require.Len(t, m.spares, 4)
+	require.Equal(t, spareMaxBytes, m.spareBytes)
+	for i := 5; i >= 2; i-- {
+		b, _ = m.buffer(size, size)
+		require.True(t, same(b, kept[i]), "spare %d", i)
+	}
+	require.Empty(t, m.spares)
+	require.Zero(t, m.spareBytes)
+}
+
 // NewServer refuses a request memory pool smaller than the largest request
 // a connection may send (Kafka's rule: queued.max.request.bytes >=
 // socket.request.max.bytes), which could never be read.

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,7 +56,29 @@ type requestMemory struct {
 	used    int64
 	peak    int64
 	waiters []*memoryWaiter // in arrival order
+
+	// spares are the buffers of served Produce frames (conn.handle), the
+	// most recently served last, for the next large frames to be read
+	// into: a producer streams frames of about the same size, and reading
+	// one into the buffer the last one left - already faulted in, already
+	// in the CPU's caches, and needing no zeroing - spares the heap a
+	// fresh allocation of each (and the collector its garbage). At most
+	// spareMaxBytes in all, the oldest given up first, and kept for good
+	// (a broker that served large produce requests keeps that much heap);
+	// they are not part of used, which counts the frames being read or
+	// served: a frame that takes a spare holds its whole capacity.
+	spares     [][]byte
+	spareBytes int
+	// reused counts the frames read into a spare, for tests.
+	reused atomic.Int64
 }
+
+// Bounds of requestMemory.spares: the least frame read into a spare
+// buffer (smaller ones are cheap to allocate), and the bytes kept.
+const (
+	spareMinFrame = 64 << 10
+	spareMaxBytes = 32 << 20
+)
 
 // memoryWaiter is a frame waiting for room in the pool.
 type memoryWaiter struct {
@@ -173,15 +197,69 @@ func (m *requestMemory) frameCap(n int) int {
 	return c
 }
 
-// buffer returns a buffer of length n and capacity capacity (frameCap(n)):
-// an abandoned one of that capacity if there is one, else a new one.
-func (m *requestMemory) buffer(n, capacity int) []byte {
-	if p, ok := m.abandoned.Load(capacity); ok {
-		if b, ok := p.(*sync.Pool).Get().(*[]byte); ok {
-			return (*b)[:n]
+// buffer returns a buffer of length n for a frame for which held bytes
+// (frameCap(n)) were acquired, and the bytes the frame holds now: a spare
+// whose capacity is from n to 2n, if the pool has room for what it holds
+// beyond held (which it then takes), else an abandoned buffer of capacity
+// held, else a new one.
+func (m *requestMemory) buffer(n, held int) ([]byte, int) {
+	if n >= spareMinFrame {
+		if b, h, ok := m.spare(n, held); ok {
+			return b, h
 		}
 	}
-	return make([]byte, n, capacity)
+	if p, ok := m.abandoned.Load(held); ok {
+		if b, ok := p.(*sync.Pool).Get().(*[]byte); ok {
+			return (*b)[:n], held
+		}
+	}
+	return make([]byte, n, held), held
+}
+
+// spare takes the most recently kept spare that fits a frame of n bytes
+// for which held bytes were acquired (see buffer).
+func (m *requestMemory) spare(n, held int) ([]byte, int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := len(m.spares) - 1; i >= 0; i-- {
+		b := m.spares[i]
+		c := cap(b)
+		if c < n || c > 2*n {
+			continue
+		}
+		if c > held {
+			if !m.fits(int64(c - held)) {
+				continue
+			}
+			m.take(int64(c - held))
+			held = c
+		}
+		m.spares = slices.Delete(m.spares, i, i+1)
+		m.spareBytes -= c
+		m.reused.Add(1)
+		return b[:n], held, true
+	}
+	return nil, 0, false
+}
+
+// keep makes the buffer of a served Produce frame a spare for the next
+// large frames, giving up the oldest spares beyond spareMaxBytes. The
+// caller guarantees that nothing references it any more.
+func (m *requestMemory) keep(b []byte) {
+	c := cap(b)
+	if c < spareMinFrame || c > spareMaxBytes {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	drop := 0
+	for m.spareBytes+c > spareMaxBytes {
+		m.spareBytes -= cap(m.spares[drop])
+		drop++
+	}
+	m.spares = slices.Delete(m.spares, 0, drop)
+	m.spares = append(m.spares, b[:0])
+	m.spareBytes += c
 }
 
 // recycle keeps the buffer of a frame that was never served, for the next

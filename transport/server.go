@@ -16,6 +16,7 @@ import (
 
 	"github.com/spoolmq/spool"
 	"github.com/spoolmq/spool/acl"
+	"github.com/spoolmq/spool/log"
 	"github.com/spoolmq/spool/quota"
 )
 
@@ -222,6 +223,13 @@ type Server struct {
 	// before it accepts, so at MaxConnections it waits. nil: no bound.
 	slots  chan struct{}
 	memory *requestMemory
+	// appendsWait: an append may wait after its write - for its fsync
+	// (the Sync flush policy) or for the in-sync replicas (a cluster
+	// node) - so the partitions of one produce request are appended side
+	// by side (00_produce.go). Otherwise an append returns once written
+	// and they take turns on the connection's goroutine, sparing the
+	// goroutine per partition its start, stack growth and hand-offs.
+	appendsWait bool
 
 	metrics serverMetrics // per-API request measures (metrics.go)
 	// fetchSessions are the consumers' incremental fetch sessions
@@ -292,6 +300,8 @@ func NewServer(b *spool.Broker, opts Options) (*Server, error) {
 		listeners: map[net.Listener]struct{}{}, conns: map[*conn]struct{}{}, perIP: map[netip.Addr]int{},
 		done:   make(chan struct{}),
 		memory: newRequestMemory(opts.QueuedMaxRequestBytes),
+		// Flush is the broker's, for every partition.
+		appendsWait: b.Quorum() != nil || b.Options().Flush == log.Sync,
 	}
 	s.fetchSessions = newFetchSessions(opts.FetchSessionCacheSlots)
 	if opts.MaxConnections > 0 {
