@@ -316,7 +316,12 @@ func (l *Log) writeHeld(b record.Batch, replica bool) (base, end, truncs int64, 
 	end = b.NextOffset()
 	l.next.Store(end)
 	if l.opts.Flush.kind != flushSync {
-		l.publishCommitted(seg, seg.Size(), end)
+		size := seg.Size()
+		l.publishCommitted(seg, size, end)
+		if !l.wbQueued && (l.wbSeg != seg || size-l.wbPos >= writebackBytes) && size >= writebackBytes {
+			l.wbQueued = true
+			l.jobs.trigger(jobWriteback)
+		}
 	}
 	return base, end, l.truncs.Load(), nil
 }

@@ -65,6 +65,12 @@ type Log struct {
 	active   *segment.Segment   // the last segment; guarded by mu
 	enc      []byte             // appendSmall's encoding buffer, at most smallBatch; guarded by mu
 	unsynced []*segment.Segment // sealed but not yet fsynced (not under Sync); guarded by mu
+	// Writeback (not under Sync): the active segment's bytes below wbPos
+	// were handed to the kernel to write (wbSeg is the segment wbPos is
+	// of), and wbQueued says the writeback job is due. Guarded by mu.
+	wbSeg    *segment.Segment
+	wbPos    int64
+	wbQueued bool
 
 	segs      atomic.Pointer[[]*segment.Segment] // immutable, sorted by base
 	next      atomic.Int64                       // the offset the next append gets

@@ -284,3 +284,37 @@ func (s *Segment) Resume() error {
 	}
 	return nil
 }
+
+// StartWriteback asks the operating system to begin writing the .log
+// file's bytes [off, off+n) to the disk, and returns without waiting. It is
+// a hint that spreads the writeback of a large segment over the time it is
+// written, so that the fsync that makes it durable later (a checkpoint
+// after a roll) finds little left to write; it makes nothing durable and
+// does not change what Sync does. A file system without the hint ignores
+// it.
+func (s *Segment) StartWriteback(off, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	f, err := s.acquire()
+	if err != nil {
+		return err
+	}
+	defer s.file.Release()
+	osf := f.OS()
+	if osf == nil {
+		return nil
+	}
+	rc, err := osf.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	if err := rc.Control(func(fd uintptr) { werr = startWriteback(fd, off, n) }); err != nil {
+		return err
+	}
+	if werr != nil {
+		return fmt.Errorf("segment: start writeback of %s: %w", s.logPath, werr)
+	}
+	return nil
+}
