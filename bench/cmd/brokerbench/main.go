@@ -80,6 +80,7 @@ func main() {
 	flag.StringVar(&sizes, "sizes", "128,1024", "record value sizes in bytes, comma-separated")
 	flag.StringVar(&policies, "policies", "none,sync", "flush policies, comma-separated: none, sync")
 	flag.StringVar(&systems, "systems", "spool,jetstream", "systems, comma-separated: spool, jetstream")
+	flag.Int64Var(&spoolSegmentBytes, "spool-segment-bytes", 0, "spool's segment size in bytes (0: the default, 1 GiB); a roll seals a segment, and under log.None leaves its fsync to the next checkpoint")
 	flag.IntVar(&cfg.spoolPartitions, "spool-partitions", 6, "also run spool with a topic of this many partitions, as an extra row (0: don't)")
 	flag.StringVar(&cfg.natsConn, "nats-conn", "inprocess", "how nats.go reaches the embedded server: inprocess (nats.InProcessServer) or tcp (127.0.0.1, random port)")
 	flag.StringVar(&cfg.jsConsumer, "js-consumer", "push", "JetStream's ordered consumer: pull (the jetstream package's OrderedConsumer) or push (nats.go's original API, nats.OrderedConsumer)")

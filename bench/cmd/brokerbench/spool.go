@@ -32,6 +32,10 @@ func (s *spoolSystem) name() string {
 }
 
 // openSpool opens a broker in dir with one topic.
+// spoolSegmentBytes is --spool-segment-bytes: the topics' segment size (0:
+// the default, 1 GiB).
+var spoolSegmentBytes int64
+
 func openSpool(ctx context.Context, dir string, c cell, partitions int) (*spool.Broker, error) {
 	flush := log.None
 	if c.sync() {
@@ -41,7 +45,7 @@ func openSpool(ctx context.Context, dir string, c cell, partitions int) (*spool.
 	if err != nil {
 		return nil, err
 	}
-	if err := b.CreateTopic(ctx, topicName, spool.TopicConfig{Partitions: int32(partitions)}); err != nil {
+	if err := b.CreateTopic(ctx, topicName, spool.TopicConfig{Partitions: int32(partitions), SegmentBytes: spoolSegmentBytes}); err != nil {
 		b.Close()
 		return nil, err
 	}
