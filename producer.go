@@ -1120,7 +1120,9 @@ func (p *Producer) flush(ctx context.Context) error {
 // Produce fails with ErrProducerClosed afterwards. A transactional
 // producer's open transaction is aborted first. As Flush, it returns an
 // error if any record produced since the last Flush failed. It returns once
-// every goroutine the producer started has ended.
+// every goroutine the producer started has ended. If the flush outlasts
+// DeliveryTimeout, the error wraps context.DeadlineExceeded and the
+// failures of the records the stopped senders then gave up on.
 func (p *Producer) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -1157,6 +1159,19 @@ func (p *Producer) Close() error {
 	p.senderWake.Broadcast()
 	p.mu.Unlock()
 	p.goroutines.Wait()
+	if errors.Is(err, context.DeadlineExceeded) {
+		// Flush stopped waiting at DeliveryTimeout, but the senders
+		// have ended since, each record delivered or failed: report
+		// the failures Flush would have, had it waited that little
+		// longer, beside the wait's end.
+		p.mu.Lock()
+		if p.pending == 0 {
+			if ferr := p.takeFailures(); ferr != nil {
+				err = errors.Join(ferr, err)
+			}
+		}
+		p.mu.Unlock()
+	}
 	return err
 }
 
